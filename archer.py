@@ -93,7 +93,10 @@ class Args:
     """BC (SFT) warm-start steps before RL; use 0 when --actor is already an SFT checkpoint"""
     bc_lr: float = 1e-3
     """learning rate of the BC warm start (tiny models learn BC faster with 1e-3; use ~3e-5 for gpt2-size models)"""
-    iterations: int = 40
+    buffer_init: bool = True
+    """start the replay buffer with the transitions of the BC data (Algorithm 1 line 2: "optionally from an offline
+    dataset"); with --no-buffer-init it starts empty"""
+    iterations: int = 30
     """online iterations of Algorithm 1 (0 = BC warm start only)"""
     rollouts_per_iter: int = 16
     """episodes collected with the current actor per iteration, split over processes (paper: 128)"""
@@ -105,9 +108,10 @@ class Args:
     """pairs per forward pass; gradients of micro-batches are averaged"""
     critic_lr: float = 6e-4
     """critic learning rate (paper: 6e-4)"""
-    actor_lr: float = 3e-4
-    """actor learning rate (paper: 3e-4; 3e-5 on the full Twenty Questions)"""
-    critic_updates_per_iter: int = 10
+    actor_lr: float = 1.5e-4
+    """actor learning rate (paper: 3e-4; 3e-5 on the full Twenty Questions). The tiny default uses 1.5e-4: at 3e-4
+    the tiny actor collapsed within 10 actor iterations into repeating one guess (see README)"""
+    critic_updates_per_iter: int = 20
     """critic gradient steps per iteration, each followed by a target update (paper: 50)"""
     actor_updates_per_iter: int = 3
     """actor gradient steps per iteration (paper: 3)"""
@@ -115,7 +119,7 @@ class Args:
     """discount (paper: 0.95; Detective 0.98, WebShop 0.9)"""
     tau: float = 0.1
     """target soft update θ̄ ← (1−τ)θ̄ + τθ after every critic step (paper's "polyak alpha 0.9")"""
-    warmup_iters: int = 5
+    warmup_iters: int = 10
     """first iterations train the critic only, no actor update (paper: 10; 20 on the full Twenty Questions)"""
     use_baseline: bool = False
     """ArCHer w/ Baseline: learn a token-level baseline Ṽ_η (Eq. 4) and use the actor loss Eq. (5)"""
@@ -767,12 +771,16 @@ def main(args: Args):
                              "rng": rngs, "buffer": list(buffer), "iteration": iteration, "episodes": episodes,
                              "bc_done": True, "start_eval": start_eval, "args": asdict(args)}, tokenizer)
 
-    # BC warm start (the paper starts from SFT on sub-optimal data); skipped with --bc-steps 0
-    if args.bc_steps > 0 and not bc_done:
+    # BC warm start (the paper starts from SFT on sub-optimal data; skipped with --bc-steps 0) and the buffer's first data
+    data = []
+    if not bc_done and (args.bc_steps > 0 or args.buffer_init):
         if args.dataset:
             data = envs.load_dataset(args.dataset, env=args.env)
-        else:
+        elif args.scripted_episodes > 0:
             data = envs.collect_scripted(args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns)
+        elif args.bc_steps > 0:
+            raise SystemExit("--bc-steps > 0 needs --dataset FILE or --scripted-episodes N > 0")
+    if args.bc_steps > 0 and data:
         s = envs.summarize(data)
         accelerator.print(f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f})")
         for step in range(1, args.bc_steps + 1):
@@ -786,8 +794,10 @@ def main(args: Args):
         accelerator.print(f"start: eval return {ev['return']:.2f}  success {ev['success_rate']:.2f}")
         log("eval/episodic_return", ev["return"], 0)
         log("eval/success_rate", ev["success_rate"], 0)
-        if args.checkpoint_every and args.iterations > 0:
-            checkpoint(0)  # the warm start is never redone after a --resume
+    if args.buffer_init and data:
+        buffer.extend(to_transitions(data))  # Algorithm 1 line 2 (the most recent buffer_size transitions are kept)
+    if args.checkpoint_every and args.iterations > 0 and not bc_done:
+        checkpoint(0)  # the warm start is never redone after a --resume
 
     # Algorithm 1: collect → critic steps (Eqs. 1–2, target update) → [baseline steps (Eq. 4)] → actor steps (Eq. 3/5)
     history = []

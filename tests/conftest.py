@@ -11,3 +11,23 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def bc_actor(tmp_path_factory):
+    """The SFT start the learning tests share: filtered_bc.py offline with rho = 1.0 (plain BC), 800 steps on
+    2,000 scripted episodes of the 10-word game, seed 1, evaluated on 200 episodes and saved with --save-model.
+    Trained once per session (~2-3 minutes on 2 cores). Returns (actor directory, BC summary.json as a dict)."""
+    import json
+
+    import filtered_bc
+
+    out = tmp_path_factory.mktemp("bc_actor")
+    filtered_bc.main(filtered_bc.Args(output_dir=str(out), exp_name="bc", iterations=0, offline_steps=800,
+                                      offline_rho=1.0, eval_episodes=200, save_model=True, checkpoint_every=0,
+                                      device="cpu", seed=1))
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return str(run / "actor"), json.loads((run / "summary.json").read_text())

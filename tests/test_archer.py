@@ -291,3 +291,50 @@ def test_smollm2_lora_actor_with_minilm_critic_one_iteration(tmp_path):
                            max_turns=2, checkpoint_every=0))
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["episodes"] == 2 and summary["args"]["lora_r"] == 4
+
+
+# ---------------------------------------------------------------------------------------------------- learning
+
+
+def useless_question_rate(transitions):
+    """Share of utterances that are one of the game's uninformative questions ("Is it a thing?", ...)."""
+    from envs import twenty_questions
+
+    useless = {q.lower() for q in twenty_questions.USELESS_QUESTIONS}
+    return sum(t["action"].lower() in useless for t in transitions) / max(1, len(transitions))
+
+
+def split_episodes(transitions):
+    episodes, current = [], []
+    for t in transitions:
+        current.append(t)
+        if t["done"]:
+            episodes.append(current)
+            current = []
+    return episodes
+
+
+@pytest.mark.slow
+def test_learning_the_actor_follows_the_critic_away_from_useless_questions(tmp_path, bc_actor):
+    """From the shared BC actor (conftest.py), 16 iterations of ArCHer (10 critic-only warm-up iterations, then 6 with
+    actor updates; 256 episodes). The BC actor copies the scripted policy's ~22% uninformative questions; the critic
+    learns that they lower the return (A ≈ −0.4 against ≈ 0 for informative questions), and the actor follows.
+
+    This is the claim the tiny configuration supports today: the useless-question rate of the rollouts falls by a
+    quarter or more (measured 0.22 in the warm-up rollouts -> 0.12-0.14 after 6 actor iterations) and the evaluated
+    return does not collapse. Measured in this test (seed 1, 100 sampled evaluation episodes): start -10.94 / 0.74,
+    end -9.28 / 0.84 (greedy -7.90); 169 s for the ArCHer part. The issue's stronger claim (evaluated return clearly above the start) is not met yet
+    with the tiny models; see the README."""
+    actor_dir, _ = bc_actor
+    archer.main(archer.Args(output_dir=str(tmp_path), actor=actor_dir, bc_steps=0, iterations=16, warmup_iters=10,
+                            eval_every=0, eval_episodes=100, checkpoint_every=16, device="cpu", seed=1))
+    d = run_dir(tmp_path)
+    summary = json.loads((d / "summary.json").read_text())
+    state = torch.load(d / "checkpoint" / "state.pt", weights_only=False)
+    online = split_episodes(state["buffer"])[-summary["episodes"]:]  # the buffer starts with the scripted episodes
+    assert len(online) == 16 * 16
+    warmup = [t for e in online[:160] for t in e]  # iterations 1-10: the BC actor, unchanged
+    last = [t for e in online[-32:] for t in e]  # iterations 15-16
+    before, after = useless_question_rate(warmup), useless_question_rate(last)
+    assert after <= 0.75 * before, (before, after)
+    assert summary["eval_return"] >= summary["start_eval_return"] - 1.5, (summary["start_eval_return"], summary["eval_return"])
