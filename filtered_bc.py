@@ -461,7 +461,7 @@ def main(args: Args):
             log("losses/offline_nll", loss, step)
             if step % max(1, args.offline_steps // 10) == 0 or step == args.offline_steps:
                 accelerator.print(f"offline step {step}/{args.offline_steps}  nll {loss:.3f}  grad_norm {gn:.2f}")
-    if start_eval is None:
+    if start_eval is None and args.iterations > 0:  # with --iterations 0 the final evaluation is the offline one
         ev = evaluate(unwrapped, tokenizer, args)
         start_eval = {"return": ev["return"], "success_rate": ev["success_rate"]}
         accelerator.print(f"start: eval return {ev['return']:.2f}  success {ev['success_rate']:.2f}")
@@ -521,7 +521,8 @@ def main(args: Args):
     if main_proc:
         summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
                    "eval_return_greedy": greedy["return"], "eval_success_rate_greedy": greedy["success_rate"],
-                   "eval_episodes": args.eval_episodes, "episodes": episodes, "offline_eval": start_eval,
+                   "eval_episodes": args.eval_episodes, "episodes": episodes,
+                   "offline_eval": start_eval or {"return": final["return"], "success_rate": final["success_rate"]},
                    "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}
         with open(os.path.join(run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
