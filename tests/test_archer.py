@@ -296,12 +296,20 @@ def test_smollm2_lora_actor_with_minilm_critic_one_iteration(tmp_path):
 # ---------------------------------------------------------------------------------------------------- learning
 
 
-def useless_question_rate(transitions):
-    """Share of utterances that are one of the game's uninformative questions ("Is it a thing?", ...)."""
+def useless_question_mass(model, tokenizer, states):
+    """Mean over states of Σ_q π(q | s) over the game's uninformative questions ("What color is it?", ...): the
+    exact probability of asking one, from log-probs (no sampling noise)."""
     from envs import twenty_questions
 
-    useless = {q.lower() for q in twenty_questions.USELESS_QUESTIONS}
-    return sum(t["action"].lower() in useless for t in transitions) / max(1, len(transitions))
+    pairs = [(s, q) for s in states for q in twenty_questions.USELESS_QUESTIONS]
+    probs = []
+    with torch.no_grad():
+        for i in range(0, len(pairs), 256):
+            mb = pairs[i:i + 256]
+            batch = archer.pad_pairs(archer.tokenize_pairs(tokenizer, [s for s, _ in mb], [a for _, a in mb], 448),
+                                     tokenizer.pad_token_id)
+            probs.append(archer.action_logprobs(model, *batch).exp())
+    return torch.cat(probs).view(len(states), -1).sum(-1).mean().item()
 
 
 def split_episodes(transitions):
@@ -317,14 +325,15 @@ def split_episodes(transitions):
 @pytest.mark.slow
 def test_learning_the_actor_follows_the_critic_away_from_useless_questions(tmp_path, bc_actor):
     """From the shared BC actor (conftest.py), 16 iterations of ArCHer (10 critic-only warm-up iterations, then 6 with
-    actor updates; 256 episodes). The BC actor copies the scripted policy's ~22% uninformative questions; the critic
-    learns that they lower the return (A ≈ −0.4 against ≈ 0 for informative questions), and the actor follows.
+    actor updates; 256 episodes). The BC actor copies the scripted policy's uninformative questions (~25% of its
+    utterances); the critic learns that they lower the return (A ≈ −0.4 against ≈ 0 for informative questions),
+    and the actor follows: on 200 states of the warm-up rollouts, its exact probability of asking one falls by a
+    fifth or more (measured 0.264 -> 0.176 and 0.272 -> 0.166 with seeds 2 and 3), and the evaluated return does
+    not collapse.
 
-    This is the claim the tiny configuration supports today: the useless-question rate of the rollouts falls by a
-    quarter or more (measured 0.22 in the warm-up rollouts -> 0.12-0.14 after 6 actor iterations) and the evaluated
-    return does not collapse. Measured in this test (seed 1, 100 sampled evaluation episodes): start -10.94 / 0.82,
-    end -9.28 / 0.84 (greedy -7.90); 169 s for the ArCHer part. The issue's stronger claim (evaluated return clearly above the start) is not met yet
-    with the tiny models; see the README."""
+    This is the claim the tiny configuration supports robustly today. The issue's stronger claim (evaluated return
+    clearly above the start) is not met reliably: 100-200 evaluation episodes gave -10.94 -> -9.28 (seed 1),
+    -10.49 -> -10.21 (seed 2), -11.28 -> -11.99 (seed 3); see the README."""
     actor_dir, _ = bc_actor
     archer.main(archer.Args(output_dir=str(tmp_path), actor=actor_dir, bc_steps=0, iterations=16, warmup_iters=10,
                             eval_every=0, eval_episodes=100, checkpoint_every=16, device="cpu", seed=1))
@@ -333,8 +342,10 @@ def test_learning_the_actor_follows_the_critic_away_from_useless_questions(tmp_p
     state = torch.load(d / "checkpoint" / "state.pt", weights_only=False)
     online = split_episodes(state["buffer"])[-summary["episodes"]:]  # the buffer starts with the scripted episodes
     assert len(online) == 16 * 16
-    warmup = [t for e in online[:160] for t in e]  # iterations 1-10: the BC actor, unchanged
-    last = [t for e in online[-32:] for t in e]  # iterations 15-16
-    before, after = useless_question_rate(warmup), useless_question_rate(last)
-    assert after <= 0.75 * before, (before, after)
+    states = [t["obs"] for e in online[:160] for t in e][::8][:200]  # visited by the unchanged BC actor (warm-up)
+    bc, tok = archer.load_actor(actor_dir, ENV)
+    trained, _ = archer.load_actor(actor_dir, ENV)
+    trained.load_state_dict(state["actor"])
+    before, after = useless_question_mass(bc, tok, states), useless_question_mass(trained, tok, states)
+    assert after <= 0.8 * before, (before, after)
     assert summary["eval_return"] >= summary["start_eval_return"] - 1.5, (summary["start_eval_return"], summary["eval_return"])
