@@ -96,8 +96,9 @@ class Args:
     buffer_init: bool = True
     """start the replay buffer with the transitions of the BC data (Algorithm 1 line 2: "optionally from an offline
     dataset"); with --no-buffer-init it starts empty"""
-    iterations: int = 30
-    """online iterations of Algorithm 1 (0 = BC warm start only)"""
+    iterations: int = 20
+    """online iterations of Algorithm 1 (0 = BC warm start only). The tiny default stops at 20 (10 warm-up + 10 actor
+    iterations): past ~15 actor iterations the tiny actor can collapse into repeating one guess (see README)"""
     rollouts_per_iter: int = 16
     """episodes collected with the current actor per iteration, split over processes (paper: 128)"""
     buffer_size: int = 10000
