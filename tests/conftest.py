@@ -2,6 +2,8 @@
 import os
 import sys
 
+import pytest
+
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "disabled"
@@ -11,9 +13,6 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
