@@ -323,29 +323,29 @@ def split_episodes(transitions):
 
 
 @pytest.mark.slow
-def test_learning_the_actor_follows_the_critic_away_from_useless_questions(tmp_path, bc_actor):
-    """From the shared BC actor (conftest.py), 16 iterations of ArCHer (10 critic-only warm-up iterations, then 6 with
-    actor updates; 256 episodes). The BC actor copies the scripted policy's uninformative questions (~25% of its
-    utterances); the critic learns that they lower the return (A ≈ −0.4 against ≈ 0 for informative questions),
-    and the actor follows: on 200 states of the warm-up rollouts, its exact probability of asking one falls by a
-    fifth or more (measured 0.264 -> 0.176 and 0.272 -> 0.166 with seeds 2 and 3), and the evaluated return does
-    not collapse.
+def test_learning_archer_raises_the_return_above_its_bc_start(tmp_path, bc_actor):
+    """From the shared BC actor (conftest.py), 20 iterations of ArCHer with the paper's 50 critic steps per iteration
+    (10 critic-only warm-up iterations, then 10 with actor updates; 320 episodes). 200 sampled evaluation episodes
+    at the start and at the end (standard error of a mean return ~0.4, of a difference ~0.6).
 
-    This is the claim the tiny configuration supports robustly today. The issue's stronger claim (evaluated return
-    clearly above the start) is not met reliably: 100-200 evaluation episodes gave -10.94 -> -9.28 (seed 1),
-    -10.49 -> -10.21 (seed 2), -11.28 -> -11.99 (seed 3); see the README."""
+    Measured from a BC actor trained with the fixture's settings (eval start -> end): seed 1 -11.55 -> -10.04,
+    seed 2 -10.49 -> -7.83, seed 3 -11.28 -> -9.38; this test itself: -11.37 -> -8.67 (219 s). The test asserts a rise of at least 0.5, and the mechanism the
+    critic teaches: the BC actor copies the scripted policy's uninformative questions (~25% of its utterances), the
+    critic gives them A ≈ −0.4 against ≈ 0 for informative ones, and the actor's exact probability of asking one, on
+    200 states of the warm-up rollouts, falls by a fifth or more."""
     actor_dir, _ = bc_actor
-    archer.main(archer.Args(output_dir=str(tmp_path), actor=actor_dir, bc_steps=0, iterations=16, warmup_iters=10,
-                            eval_every=0, eval_episodes=100, checkpoint_every=16, device="cpu", seed=1))
+    archer.main(archer.Args(output_dir=str(tmp_path), actor=actor_dir, bc_steps=0, iterations=20, warmup_iters=10,
+                            critic_updates_per_iter=50, actor_lr=1.5e-4,
+                            eval_every=0, eval_episodes=200, checkpoint_every=20, device="cpu", seed=1))
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
+    assert summary["eval_return"] >= summary["start_eval_return"] + 0.5, (summary["start_eval_return"], summary["eval_return"])
     state = torch.load(d / "checkpoint" / "state.pt", weights_only=False)
     online = split_episodes(state["buffer"])[-summary["episodes"]:]  # the buffer starts with the scripted episodes
-    assert len(online) == 16 * 16
+    assert len(online) == 20 * 16
     states = [t["obs"] for e in online[:160] for t in e][::8][:200]  # visited by the unchanged BC actor (warm-up)
     bc, tok = archer.load_actor(actor_dir, ENV)
     trained, _ = archer.load_actor(actor_dir, ENV)
     trained.load_state_dict(state["actor"])
     before, after = useless_question_mass(bc, tok, states), useless_question_mass(trained, tok, states)
     assert after <= 0.8 * before, (before, after)
-    assert summary["eval_return"] >= summary["start_eval_return"] - 1.5, (summary["start_eval_return"], summary["eval_return"])
