@@ -23,10 +23,11 @@ def bc_actor(tmp_path_factory):
     import json
 
     import filtered_bc
+    from helpers import run_dir
 
     out = tmp_path_factory.mktemp("bc_actor")
     filtered_bc.main(filtered_bc.Args(output_dir=str(out), exp_name="bc", iterations=0, offline_steps=800,
                                       offline_rho=1.0, eval_episodes=200, save_model=True, checkpoint_every=0,
                                       device="cpu", seed=1))
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    run = run_dir(out)
     return str(run / "actor"), json.loads((run / "summary.json").read_text())

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import archer
+from helpers import run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -210,11 +211,6 @@ def small_args(tmp_path, **kw):
                 max_new_tokens=8, device="cpu")
     base.update(kw)
     return archer.Args(**base)
-
-
-def run_dir(tmp_path):
-    (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    return d
 
 
 def test_smoke_save_reload_and_resume(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import archer_offline as ao
+from helpers import run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -116,11 +117,6 @@ def small_args(tmp_path, **kw):
                 checkpoint_every=1, max_new_tokens=6, max_turns=4, device="cpu")
     base.update(kw)
     return ao.Args(**base)
-
-
-def run_dir(tmp_path):
-    (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    return d
 
 
 @pytest.mark.parametrize("critic_loss,actor_loss", [("iql", "reinforce"), ("iql", "reinforce_bc"), ("sarsa", "awr"),

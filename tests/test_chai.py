@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import chai
+from helpers import run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -106,11 +107,6 @@ def small_args(tmp_path, **kw):
                 checkpoint_every=1, max_new_tokens=8, device="cpu")
     base.update(kw)
     return chai.Args(**base)
-
-
-def run_dir(tmp_path):
-    (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    return d
 
 
 def test_smoke_save_reload_and_resume(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import filtered_bc as fbc
+from helpers import run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -79,11 +80,6 @@ def small_args(tmp_path, **kw):
                 checkpoint_every=1, max_new_tokens=12, device="cpu")
     base.update(kw)
     return fbc.Args(**base)
-
-
-def run_dir(tmp_path):
-    (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    return d
 
 
 def test_smoke_online_save_reload_and_resume(tmp_path):
