@@ -1,26 +1,32 @@
 """ArCHer's Table 1 (App. D.1) at small scale: the offline ArCHer variants and (filtered) BC on one dataset.
 
-    python benchmark/offline_table.py --episodes 1000 --iterations 20 --seeds 1
+    python benchmark/offline_table.py               # 6 rows x 2 seeds, tiny models (~10 min on 2 cores)
+    python benchmark/report.py                      # -> benchmark/results/offline.md
 
-writes data/offline_table_<episodes>.jsonl (scripted 10-word Twenty Questions, seed 0) unless it exists, runs
-every variant for each seed (one process at a time) and prints a Markdown table of the final evaluation returns
-(sampled; mean ± std over seeds). Extra arguments after `--` go to every archer_offline.py run."""
+writes data/offline_table_<episodes>.jsonl (scripted 10-word Twenty Questions, seed 0) unless it exists and runs
+every variant for each seed into runs/benchmark/offline/<row>/seed<k>/ (finished runs are skipped; --jobs at
+once). BC and filtered BC get as many gradient steps as ArCHer's actor. report.py makes the table (sampled return,
+mean ± std over seeds) next to the paper's numbers."""
 import argparse
-import json
 import os
+import shlex
 import subprocess
 import sys
 
+from online import find_run, run_pool
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = [  # (row, script, flags)
-    ("ArCHer (IQL + AWR)", "archer_offline.py", ["--critic-loss", "iql", "--actor-loss", "awr"]),
-    ("ArCHer (IQL + REINFORCE)", "archer_offline.py", ["--critic-loss", "iql", "--actor-loss", "reinforce"]),
-    ("ArCHer (IQL + REINFORCE + BC)", "archer_offline.py", ["--critic-loss", "iql", "--actor-loss", "reinforce_bc"]),
-    ("ArCHer (SARSA + AWR)", "archer_offline.py", ["--critic-loss", "sarsa", "--actor-loss", "awr"]),
-    ("Filtered BC (ρ 0.1)", "filtered_bc.py", ["--offline-rho", "0.1"]),
-    ("BC (ρ 1.0)", "filtered_bc.py", ["--offline-rho", "1.0"]),
-]
-PAPER = [-14.1, -20, -15.3, -14.5, -15.4, -16.8]
+# key -> (row label, script, flags, the paper's Table 1 return on Twenty Questions)
+VARIANTS = {
+    "iql_awr": ("ArCHer (IQL + AWR)", "archer_offline.py", ["--critic-loss", "iql", "--actor-loss", "awr"], -14.1),
+    "iql_reinforce": ("ArCHer (IQL + REINFORCE)", "archer_offline.py",
+                      ["--critic-loss", "iql", "--actor-loss", "reinforce"], -20.0),
+    "iql_reinforce_bc": ("ArCHer (IQL + REINFORCE + BC)", "archer_offline.py",
+                         ["--critic-loss", "iql", "--actor-loss", "reinforce_bc"], -15.3),
+    "sarsa_awr": ("ArCHer (SARSA + AWR)", "archer_offline.py", ["--critic-loss", "sarsa", "--actor-loss", "awr"], -14.5),
+    "filtered_bc": ("Filtered BC (ρ 0.1)", "filtered_bc.py", ["--offline-rho", "0.1"], -15.4),
+    "bc": ("BC (ρ 1.0)", "filtered_bc.py", ["--offline-rho", "1.0"], -16.8),
+}
 
 
 def main():
@@ -30,46 +36,37 @@ def main():
     p.add_argument("--updates-per-iter", type=int, default=20, help="critic and actor steps per iteration")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--eval-episodes", type=int, default=100)
-    p.add_argument("--seeds", type=int, nargs="+", default=[1])
-    p.add_argument("--rows", type=int, nargs="+", default=list(range(len(VARIANTS))), help="which rows (0-5) to run")
-    p.add_argument("--out", default="runs/offline_table")
-    p.add_argument("extra", nargs="*", help="flags for archer_offline.py (after --)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--rows", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="which rows to run")
+    p.add_argument("--jobs", type=int, default=2, help="runs at once")
+    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark", "offline"))
+    p.add_argument("--extra", default="", help="flags for every run, e.g. '--actor gpt2 --device cuda'")
     a = p.parse_args()
+    a.out = os.path.abspath(a.out)
     data = os.path.join(ROOT, "data", f"offline_table_{a.episodes}.jsonl")
     if not os.path.exists(data):
         subprocess.run([sys.executable, "-m", "envs.collect", "--env", "twenty_questions_subset", "--episodes",
                         str(a.episodes), "--seed", "0", "--out", data], cwd=ROOT, check=True)
     steps = a.iterations * a.updates_per_iter  # BC gets as many actor steps as ArCHer
     common = ["--dataset", data, "--batch-size", str(a.batch_size), "--micro-batch-size", str(a.batch_size),
-              "--eval-episodes", str(a.eval_episodes), "--checkpoint-every", "0", "--device", "cpu"]
-    results = {}
+              "--eval-episodes", str(a.eval_episodes), "--checkpoint-every", "0"]
+    jobs = []
     for seed in a.seeds:
-        for k, (row, script, flags) in enumerate(VARIANTS):
-            if k not in a.rows:
+        for key in a.rows:
+            _, script, flags, _ = VARIANTS[key]
+            out = os.path.join(a.out, key, f"seed{seed}")
+            if find_run(out) is not None:
                 continue
-            out = os.path.join(a.out, f"seed{seed}_row{k}")
             if script == "archer_offline.py":
                 cmd = flags + ["--iterations", str(a.iterations), "--critic-updates-per-iter", str(a.updates_per_iter),
-                               "--actor-updates-per-iter", str(a.updates_per_iter), "--eval-every", "0"] + a.extra
+                               "--actor-updates-per-iter", str(a.updates_per_iter), "--eval-every", "0"]
             else:
                 cmd = flags + ["--iterations", "0", "--offline-steps", str(steps), "--offline-lr", "1e-3"]
-            cmd = [sys.executable, script, "--seed", str(seed), "--output-dir", out] + common + cmd
-            print(" ".join(cmd[1:]), flush=True)
-            subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-            (run,) = os.listdir(out)
-            s = json.load(open(os.path.join(out, run, "summary.json")))
-            results.setdefault(row, []).append((s["eval_return"], s["eval_success_rate"], s["eval_return_greedy"]))
-            print(f"  {row} seed {seed}: return {s['eval_return']:.2f} success {s['eval_success_rate']:.2f} "
-                  f"(greedy {s['eval_return_greedy']:.2f}) {s['wall_time_s']:.0f}s", flush=True)
-    print(f"\n| method | return (sampled) | success | return (greedy) | paper (20Q) |\n|---|---|---|---|---|")
-    for (row, _, _), paper in zip(VARIANTS, PAPER):
-        if row not in results:
-            continue
-        r = results[row]
-        mean = lambda i: sum(x[i] for x in r) / len(r)  # noqa: E731
-        std = (sum((x[0] - mean(0)) ** 2 for x in r) / max(1, len(r) - 1)) ** 0.5
-        print(f"| {row} | {mean(0):.2f}" + (f" ± {std:.2f}" if len(r) > 1 else "") +
-              f" | {mean(1):.2f} | {mean(2):.2f} | {paper} |")
+            cmd = [sys.executable, script, "--seed", str(seed), "--output-dir", out] + common + cmd + shlex.split(a.extra)
+            jobs.append((f"{key} seed {seed}", out, cmd))
+    failed = run_pool(jobs, a.jobs, max(1, (os.cpu_count() or 2) // a.jobs))
+    print(f"offline table: {len(jobs) - len(failed)} runs done, {len(failed)} failed; now: python benchmark/report.py")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

