@@ -1,6 +1,6 @@
 """ArCHer's Table 1 (App. D.1) at small scale: the offline ArCHer variants and (filtered) BC on one dataset.
 
-    python benchmark/offline_table.py               # 6 rows x 2 seeds, tiny models (~10 min on 2 cores)
+    python benchmark/offline_table.py               # 6 rows, seeds 1-2 (REINFORCE rows: seed 1), ~15 min
     python benchmark/report.py                      # -> benchmark/results/offline.md
 
 writes data/offline_table_<episodes>.jsonl (scripted 10-word Twenty Questions, seed 0) unless it exists and runs
@@ -37,10 +37,16 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--reinforce-seeds", type=int, nargs="+", default=[1],
+                   help="seeds of the two REINFORCE rows (slow on CPU: once they collapse every sample is 32 tokens)")
     p.add_argument("--rows", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="which rows to run")
     p.add_argument("--jobs", type=int, default=2, help="runs at once")
-    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark", "offline"))
-    p.add_argument("--extra", default="", help="flags for every run, e.g. '--actor gpt2 --device cuda'")
+    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark", "offline"), help="where the runs go")
+    p.add_argument("--actor", default="tiny", help="actor for every row (tiny, gpt2, a path, ...)")
+    p.add_argument("--critic", default="tiny", help="critic of the ArCHer rows (tiny, minilm, roberta-base, ...)")
+    p.add_argument("--archer-extra", default="", help="flags for the ArCHer rows only, e.g. '--actor-lr 1e-4 --critic-lr 1e-5'")
+    p.add_argument("--bc-lr", type=float, default=1e-3, help="learning rate of the BC / filtered BC rows")
+    p.add_argument("--extra", default="", help="flags for every run, e.g. '--device cuda'")
     a = p.parse_args()
     a.out = os.path.abspath(a.out)
     data = os.path.join(ROOT, "data", f"offline_table_{a.episodes}.jsonl")
@@ -48,20 +54,23 @@ def main():
         subprocess.run([sys.executable, "-m", "envs.collect", "--env", "twenty_questions_subset", "--episodes",
                         str(a.episodes), "--seed", "0", "--out", data], cwd=ROOT, check=True)
     steps = a.iterations * a.updates_per_iter  # BC gets as many actor steps as ArCHer
-    common = ["--dataset", data, "--batch-size", str(a.batch_size), "--micro-batch-size", str(a.batch_size),
+    common = ["--actor", a.actor, "--dataset", data, "--batch-size", str(a.batch_size), "--micro-batch-size", str(a.batch_size),
               "--eval-episodes", str(a.eval_episodes), "--checkpoint-every", "0"]
     jobs = []
     for seed in a.seeds:
         for key in a.rows:
             _, script, flags, _ = VARIANTS[key]
+            if key.startswith("iql_reinforce") and seed not in a.reinforce_seeds:
+                continue
             out = os.path.join(a.out, key, f"seed{seed}")
             if find_run(out) is not None:
                 continue
             if script == "archer_offline.py":
                 cmd = flags + ["--iterations", str(a.iterations), "--critic-updates-per-iter", str(a.updates_per_iter),
-                               "--actor-updates-per-iter", str(a.updates_per_iter), "--eval-every", "0"]
+                               "--actor-updates-per-iter", str(a.updates_per_iter), "--eval-every", "0",
+                               "--critic", a.critic] + shlex.split(a.archer_extra)
             else:
-                cmd = flags + ["--iterations", "0", "--offline-steps", str(steps), "--offline-lr", "1e-3"]
+                cmd = flags + ["--iterations", "0", "--offline-steps", str(steps), "--offline-lr", str(a.bc_lr)]
             cmd = [sys.executable, script, "--seed", str(seed), "--output-dir", out] + common + cmd + shlex.split(a.extra)
             jobs.append((f"{key} seed {seed}", out, cmd))
     failed = run_pool(jobs, a.jobs, max(1, (os.cpu_count() or 2) // a.jobs))

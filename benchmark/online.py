@@ -19,8 +19,9 @@ episodes, as their defaults do):
   ppo_token        ppo_token.py              64 rollouts/iter (on-policy; the buffer is each iteration's batch)
 
 Paper scale (GPU): --paper-scale applies the ArCHer paper's Table 2 (Twenty Questions Subset column) on top:
-rollouts per iteration (ArCHer/CHAI 128, filtered BC 32, PPO 1,024 as in its §5.3), batch 256, learning rates,
-60 baseline steps; use it with e.g.
+rollouts per iteration (ArCHer/CHAI 128, filtered BC 32, PPO 2,048), batch sizes, learning rates, PPO epochs,
+60 baseline steps; the paper's PPO needed >100k episodes to pass -17, so its ratio needs a budget of that order.
+Use it with e.g.
     python benchmark/online.py --paper-scale --actor gpt2 --critic roberta-base --bc-lr 2e-4 --bc-steps 2000 \
         --budget 10240 --eval-every-episodes 1024 --eval-episodes 200 --jobs 1 --extra "--device cuda" \
         --out runs/benchmark_gpu/online
@@ -52,7 +53,7 @@ PAPER_SCALE = {
     "chai": (128, ["--critic-lr", "6e-4", "--batch-size", "256", "--micro-batch-size", "32",
                    "--critic-updates-per-iter", "50"]),
     "filtered_bc": (32, ["--lr", "3e-4", "--batch-size", "256", "--micro-batch-size", "32"]),
-    "ppo_token": (1024, ["--micro-batch-size", "32"]),
+    "ppo_token": (2048, ["--lr", "6e-6", "--batch-size", "1024", "--micro-batch-size", "32", "--ppo-epochs", "10"]),
 }
 
 

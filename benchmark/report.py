@@ -10,7 +10,7 @@ and writes results.md (all tables, with the commit and date) to --results. Missi
 
 The online threshold is fixed by a rule chosen before any run: halfway between the BC start (the BC actor's
 sampled evaluation at 0 episodes, averaged over all runs) and the best seed-averaged evaluation return any method
-reaches at any point. "Episodes to threshold" is the first evaluation point at which a method's seed-averaged
+reaches at any point (the last point averages the in-loop and the final evaluation). "Episodes to threshold" is the first evaluation point at which a method's seed-averaged
 return is at or above it ("> budget" if never)."""
 import argparse
 import csv
@@ -66,9 +66,22 @@ def mean_std(xs):
     return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else None
 
 
+FINAL = {"eval/episodic_return": "eval_return", "eval/success_rate": "eval_success_rate"}
+
+
+def eval_points(run, tag):
+    """{episodes: value} of one run's evaluations. The scripts evaluate in the loop at the last iteration and then
+    once more for summary.json (another draw of the same policy); at that last point the two are averaged."""
+    pts = {s: v for s, v, _ in run["scalars"].get(tag, [])}
+    last, key = run["summary"].get("episodes"), FINAL.get(tag)
+    if key in run["summary"] and last is not None:
+        pts[last] = (pts[last] + run["summary"][key]) / 2 if last in pts else run["summary"][key]
+    return pts
+
+
 def curve(runs, tag="eval/episodic_return"):
     """Seed-averaged curve at the steps every run logged: [(episodes, mean, min, max), ...]."""
-    per_run = [{s: v for s, v, _ in r["scalars"].get(tag, [])} for r in runs]
+    per_run = [eval_points(r, tag) for r in runs]
     steps = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []
     return [(s, sum(p[s] for p in per_run) / len(per_run), min(p[s] for p in per_run), max(p[s] for p in per_run))
             for s in steps]
@@ -172,6 +185,11 @@ def plot_online(online, level, start, path):
             x = [s for s, *_ in c]
             ax.plot(x, [m for _, m, _, _ in c], marker="o", ms=3, label=f"{LABELS.get(method, method)} ({len(runs)} seeds)")
             ax.fill_between(x, [lo for *_, lo, _ in c], [hi for *_, hi in c], alpha=0.15)
+        if "archer" in online:  # the end of ArCHer's critic-only warm-up
+            args = online["archer"][0]["summary"]["args"]
+            if args.get("warmup_iters"):
+                ax.axvline(args["warmup_iters"] * args["rollouts_per_iter"], color="tab:blue", ls=":", lw=1,
+                           label="ArCHer: end of critic warm-up" if tag == "eval/episodic_return" else None)
         if tag == "eval/episodic_return":
             ax.axhline(level, color="grey", ls="--", lw=1, label=f"threshold {level:.2f}")
             ax.axhline(start, color="black", ls=":", lw=1, label=f"BC start {start:.2f}")
@@ -203,7 +221,8 @@ def offline_report(offline, results):
 def throughput_report(tp, timing, results):
     md = ""
     if tp:
-        rows = [{"model": t["model"], "episodes (batch)": t["episodes"], "generate calls": t["calls"],
+        rows = [{"model": t["model"], "episodes (batch)": t["episodes"], "turns": t.get("max_turns", 20),
+                 "batches": t.get("repeats", 1), "generate calls": t["calls"],
                  "tokens": t["tokens"], "rollout path tok/s": fmt(t["rollout_tok_s"], nd=0),
                  "bare generate tok/s": fmt(t["bare_tok_s"], nd=0),
                  "share of rollout time in generate": f"{100 * t['generate_share']:.0f}%"} for t in tp]

@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python benchmark/online.py "$@"        # ArCHer Fig. 3 in miniature: 5 methods x 3 seeds, 320 episodes each
-python benchmark/offline_table.py      # ArCHer Table 1 in miniature: 6 rows x 2 seeds
+python benchmark/offline_table.py      # ArCHer Table 1 in miniature: 6 rows, seeds 1-2 (REINFORCE rows: seed 1)
 python benchmark/throughput.py         # rollout path vs bare generate; seconds per iteration per algorithm
 python benchmark/report.py             # -> benchmark/results/{results.md,online_curves.png,*.csv,*.md}

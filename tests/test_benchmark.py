@@ -97,3 +97,10 @@ def test_online_rejects_a_budget_that_splits_an_iteration():
         online.method_command("ppo_token", 1, "actor", A)
     out, cmd = online.method_command("archer", 2, "actor", type("B", (A,), {"budget": 320}))
     assert cmd[cmd.index("--iterations") + 1] == "20" and cmd[cmd.index("--eval-every") + 1] == "4"
+
+
+def test_last_point_averages_the_in_loop_and_the_final_evaluation():
+    run = {"scalars": {"eval/episodic_return": [(0, -11.0, 0.0), (64, -9.0, 1.0)]},
+           "summary": {"episodes": 64, "eval_return": -8.0}}
+    assert report.eval_points(run, "eval/episodic_return") == {0: -11.0, 64: -8.5}
+    assert report.eval_points(run, "eval/actor_episodic_return") == {}
