@@ -79,11 +79,8 @@ def method_command(method, seed, actor, a):
            "--iterations", str(a.budget // per_iter), "--rollouts-per-iter", str(per_iter),
            "--eval-every", str(a.eval_every_episodes // per_iter), "--eval-episodes", str(a.eval_episodes),
            "--checkpoint-every", "0", "--output-dir", out, *shlex.split(a.extra)]
-    if a.critic:
-        if method == "filtered_bc" or method == "ppo_token":
-            pass  # no Q critic (ppo_token's value model is a copy of the actor's trunk)
-        else:
-            cmd += ["--critic", a.critic]
+    if a.critic and method not in ("filtered_bc", "ppo_token"):  # no Q critic there (PPO's value model: actor trunk)
+        cmd += ["--critic", a.critic]
     return out, cmd
 
 
