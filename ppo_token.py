@@ -405,8 +405,10 @@ def nll_loss(logprobs):
 
 
 def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on `pairs` (micro-batched, micro-batch losses averaged)."""
+    """One gradient step of nll_loss on `pairs` (micro-batched, micro-batch losses averaged).
+    Pairs are sorted by length first so each micro-batch pads little; the loss is the same mean over all pairs."""
     optimizer.zero_grad(set_to_none=True)
+    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total = 0.0
     for i in range(0, len(pairs), args.micro_batch_size):
         mb = pairs[i:i + args.micro_batch_size]

@@ -19,7 +19,7 @@ if ROOT not in sys.path:
 def bc_actor(tmp_path_factory):
     """The SFT start the learning tests share: filtered_bc.py offline with rho = 1.0 (plain BC), 800 steps on
     2,000 scripted episodes of the 10-word game, seed 1, evaluated on 200 episodes and saved with --save-model.
-    Trained once per session (~2-3 minutes on 2 cores). Returns (actor directory, BC summary.json as a dict)."""
+    Trained once per session (~2 minutes on 2 cores). Returns (actor directory, BC summary.json as a dict)."""
     import json
 
     import filtered_bc

@@ -325,7 +325,9 @@ def test_learning_archer_raises_the_return_above_its_bc_start(tmp_path, bc_actor
     at the start and at the end (standard error of a mean return ~0.4, of a difference ~0.6).
 
     Measured from a BC actor trained with the fixture's settings (eval start -> end): seed 1 -11.55 -> -10.04,
-    seed 2 -10.49 -> -7.83, seed 3 -11.28 -> -9.38; this test itself: -11.37 -> -8.67 (219 s). The test asserts a rise of at least 0.5, and the mechanism the
+    seed 2 -10.49 -> -7.83, seed 3 -11.28 -> -9.38; this test itself: -11.37 -> -8.67 (219 s), and -11.28 -> -10.61
+    (278 s) from the fixture's actor once bc_step sorted its micro-batches (same data and seed, a different float
+    summation order: a different BC actor). The test asserts a rise of at least 0.5, and the mechanism the
     critic teaches: the BC actor copies the scripted policy's uninformative questions (~25% of its utterances), the
     critic gives them A ≈ −0.4 against ≈ 0 for informative ones, and the actor's exact probability of asking one, on
     200 states of the warm-up rollouts, falls by a fifth or more."""

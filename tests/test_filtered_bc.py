@@ -160,15 +160,21 @@ def test_smollm2_with_lora_one_iteration(tmp_path):
 
 @pytest.mark.slow
 def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improves_on_it(tmp_path, bc_actor):
-    """Offline BC (rho = 1.0, 800 steps) on 2,000 scripted episodes of the 10-word game (the shared `bc_actor`
-    fixture in conftest.py), then 20 iterations of online filtered BC (rho = 0.1) from the saved BC actor. 200
-    evaluation episodes each (standard error of a success rate ~0.03, of a mean return ~0.4).
+    """Offline BC (rho = 1.0) on 2,000 scripted episodes of the 10-word game reaches the scripted policy's success
+    rate, and online filtered BC (rho = 0.1) from a BC actor does not fall below its start. 200 evaluation
+    episodes each (standard error of a success rate ~0.02-0.03, of a mean return ~0.4).
 
-    Measured (seed 1): BC -10.4 / 0.80 (greedy -7.4 / 0.90), the scripted policy -9.7 / 0.91, online filtered
-    BC from BC -11.6 at its start -> -10.4 after 640 episodes. BC does not fully reach the scripted success rate with
-    this budget (see the issue note), so the test asserts what holds with margin: BC gains at least 4 in return
-    and 0.3 in success over the untrained actor and is within 0.2 of the scripted success rate; online filtered
-    BC ends no lower than its BC start (with a 0.5 noise margin)."""
+    BC: the shared `bc_actor` (conftest.py, 800 steps) trained 1,600 more steps here on the same data (2,400 in
+    all; a fresh optimiser, as `--actor runs/<run>/actor --offline-steps 1600` would). Measured (seed 1): the
+    scripted policy -9.7 / 0.91; BC after 800 steps -11.0 / 0.78 sampled, -7.7 / 0.90 greedy; after 2,400 steps
+    -11.1 / 0.82 sampled, -6.1 / 1.00 greedy (an earlier uninterrupted 2,400-step run: 0.90 sampled, 1.00 greedy).
+    Greedy decoding of a BC actor is deterministic per target (the eval cycles the 10 targets), so its success is a
+    multiple of 0.1: reaching 0.91 means every target is solved. Sampled at temperature 1 it stays a little below
+    (re-asked questions and early wrong guesses compound over ~10 turns), so the test asserts: BC gains at least 4
+    in return and 0.3 in success over the untrained actor after 800 steps; after 2,400 steps its greedy success is
+    at least the scripted policy's and its sampled success within 0.1 of it. Online filtered BC: 20 iterations from
+    the 800-step actor end no lower than its start (0.5 noise margin; measured -11.6 -> -10.4 before bc_step
+    sorted its micro-batches)."""
     import envs
     from envs.collect import summarize
 
@@ -179,7 +185,13 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improve
     untrained = fbc.evaluate(*fbc.load_actor("tiny", "twenty_questions_subset"), eval_args)
     assert bc["eval_return"] >= untrained["return"] + 4, (bc["eval_return"], untrained["return"])
     assert bc["eval_success_rate"] >= untrained["success_rate"] + 0.3, (bc["eval_success_rate"], untrained)
-    assert bc["eval_success_rate"] >= scripted["success_rate"] - 0.2, (bc["eval_success_rate"], scripted)
+
+    long_out = tmp_path / "bc_long"
+    fbc.main(fbc.Args(output_dir=str(long_out), exp_name="bc_long", actor=actor_dir, iterations=0,
+                      offline_steps=1600, offline_rho=1.0, eval_episodes=200, checkpoint_every=0, device="cpu", seed=1))
+    bc_long = json.loads((run_dir(long_out) / "summary.json").read_text())
+    assert bc_long["eval_success_rate_greedy"] >= scripted["success_rate"], (bc_long["eval_success_rate_greedy"], scripted)
+    assert bc_long["eval_success_rate"] >= scripted["success_rate"] - 0.1, (bc_long["eval_success_rate"], scripted)
 
     online_out = tmp_path / "online"
     fbc.main(fbc.Args(output_dir=str(online_out), actor=actor_dir, offline_steps=0,
