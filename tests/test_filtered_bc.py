@@ -171,10 +171,11 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improve
     Greedy decoding of a BC actor is deterministic per target (the eval cycles the 10 targets), so its success is a
     multiple of 0.1: reaching 0.91 means every target is solved. Sampled at temperature 1 it stays a little below
     (re-asked questions and early wrong guesses compound over ~10 turns), so the test asserts: BC gains at least 4
-    in return and 0.3 in success over the untrained actor after 800 steps; after 2,400 steps its greedy success is
-    at least the scripted policy's and its sampled success within 0.1 of it. Online filtered BC: 20 iterations from
-    the 800-step actor end no lower than its start (0.5 noise margin; measured -11.6 -> -10.4 before bc_step
-    sorted its micro-batches)."""
+    in return and 0.3 in success over the untrained actor after 800 steps and is within 0.2 of the scripted success
+    rate; after 2,400 steps its greedy success is at least the scripted policy's and its sampled success within 0.1
+    of it. Online filtered BC: 20 iterations from the 800-step actor end no lower than the BC actor's evaluation
+    (0.5 noise margin; measured: the online run's own start -10.5 -> -10.7, against the BC actor's -11.0; before
+    bc_step sorted its micro-batches -11.6 -> -10.4)."""
     import envs
     from envs.collect import summarize
 
@@ -185,6 +186,7 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improve
     untrained = fbc.evaluate(*fbc.load_actor("tiny", "twenty_questions_subset"), eval_args)
     assert bc["eval_return"] >= untrained["return"] + 4, (bc["eval_return"], untrained["return"])
     assert bc["eval_success_rate"] >= untrained["success_rate"] + 0.3, (bc["eval_success_rate"], untrained)
+    assert bc["eval_success_rate"] >= scripted["success_rate"] - 0.2, (bc["eval_success_rate"], scripted)
 
     long_out = tmp_path / "bc_long"
     fbc.main(fbc.Args(output_dir=str(long_out), exp_name="bc_long", actor=actor_dir, iterations=0,
