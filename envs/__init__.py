@@ -1,4 +1,4 @@
-"""turnrl environments: the text games of the ArCHer paper, with knowledge-base oracles (no model needed).
+"""turnrl environments: the text games and tasks of the papers, with oracles that need no model.
 
     import envs
     env = envs.make("twenty_questions_subset")
@@ -20,7 +20,7 @@ from .dataset import FORMAT_VERSION, load_dataset, save_dataset
 from .llm_oracle import hf_oracle
 from .scripted import ScriptedPolicy
 
-# name -> (game module, default target list)
+# The question games (Twenty Questions, Guess My City): name -> (game module, default target list).
 _GAMES = {
     "twenty_questions": (twenty_questions, twenty_questions.TARGETS),
     "twenty_questions_subset": (twenty_questions, twenty_questions.SUBSET),
@@ -28,24 +28,49 @@ _GAMES = {
 }
 _OPTIONS = {"targets", "max_turns", "oracle"}
 
+# Every other env: name -> (module, fixed make options). Such a module provides
+#   make(**options) -> env     an env with ``name``, ``targets`` (the list evaluation cycles through with
+#                              ``reset(options={"target": t})``), ``reset(seed, options)`` and ``step(str)``;
+#                              every ``info`` carries "target" (str) and "won" (bool)
+#   scripted_policy(seed=0, mode="suboptimal", **options) -> callable obs -> action
+#   MODES                      the scripted-policy modes (the first is the default, the data policy)
+#   corpus(n, seed=0) -> list[str]   sample texts for the ``tiny`` tokenizer
+# and is registered here with one line.
+_OTHER: dict = {}
+
+
+def register(name: str, module, **fixed_options) -> None:
+    """Register env ``name`` implemented by ``module`` (see the contract above); ``fixed_options`` are
+    passed to ``module.make`` and ``module.scripted_policy`` (e.g. a task variant)."""
+    if name in _GAMES or name in _OTHER:
+        raise ValueError(f"env {name!r} is registered twice")
+    _OTHER[name] = (module, dict(fixed_options))
+
 
 def names() -> list[str]:
     """The environment names ``make`` accepts."""
-    return sorted(_GAMES)
+    return sorted([*_GAMES, *_OTHER])
 
 
 def game_module(name: str):
-    """The module implementing game ``name`` (its knowledge base, oracle and question banks)."""
-    if name not in _GAMES:
-        raise ValueError(f"unknown env {name!r}; valid names: {names()}")
-    return _GAMES[name][0]
+    """The module implementing env ``name`` (for the question games: knowledge base, oracle, banks)."""
+    if name in _GAMES:
+        return _GAMES[name][0]
+    if name in _OTHER:
+        return _OTHER[name][0]
+    raise ValueError(f"unknown env {name!r}; valid names: {names()}")
 
 
-def make(name: str, **options) -> QuestionGame:
-    """Build one environment. Options: ``targets`` (list of secrets to draw from; default the game's
-    list), ``max_turns`` (default 20), ``oracle`` ("kb" = knowledge base, default; or "hf:<model id or
-    path>" for an LLM oracle prompted in the reference format)."""
+def make(name: str, **options):
+    """Build one environment. Question games' options: ``targets`` (list of secrets to draw from; default
+    the game's list), ``max_turns`` (default 20), ``oracle`` ("kb" = knowledge base, default; or
+    "hf:<model id or path>" for an LLM oracle prompted in the reference format). Other envs document
+    their options in their module."""
     module = game_module(name)
+    if name in _OTHER:
+        env = module.make(**{**_OTHER[name][1], **options})
+        env.name = name
+        return env
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)} for env {name!r}; valid options: {sorted(_OPTIONS)}")
@@ -68,14 +93,18 @@ def make_vec(name: str, n: int, **options) -> VecEnv:
 
 
 def scripted_policy(name: str, seed: int = 0, **kwargs) -> ScriptedPolicy:
-    """A deliberately sub-optimal questioner for env ``name`` (the papers' "sub-optimal data")."""
+    """A deliberately sub-optimal scripted policy for env ``name`` (the papers' "sub-optimal data")."""
     module = game_module(name)
+    if name in _OTHER:
+        return module.scripted_policy(seed=seed, **{**_OTHER[name][1], **kwargs})
     return ScriptedPolicy(module, _GAMES[name][1], seed=seed, **kwargs)
 
 
 def corpus(name: str, n: int = 2000, seed: int = 0) -> list[str]:
     """``n`` sample texts of env ``name``: whole scripted dialogues (at least half) plus the game's question
     banks and one guess per target (for training the ``tiny`` tokenizer)."""
+    if name in _OTHER:
+        return _OTHER[name][0].corpus(n, seed=seed)
     module, targets = game_module(name), _GAMES[name][1]
     rng = random.Random(seed)
     bank = list(module.USEFUL_QUESTIONS) + list(module.USELESS_QUESTIONS) + [module.guess_question(t, rng) for t in targets]
@@ -93,5 +122,22 @@ def corpus(name: str, n: int = 2000, seed: int = 0) -> list[str]:
 
 __all__ = ["collect_scripted", "summarize", "HEADER", "FORMAT_VERSION", "QuestionGame", "VecEnv", "ScriptedPolicy", "corpus", "game_module",
            "load_dataset", "make", "make_vec", "mentions", "names", "normalize", "parse_history",
-           "save_dataset", "scripted_policy"]
+           "register", "save_dataset", "scripted_policy"]
 from .collect import collect_scripted, summarize  # noqa: E402  (after the names collect imports)
+
+# Registrations of the non-question envs (one line each; modules imported here, after the registry).
+
+from . import wordle  # noqa: E402
+register("wordle", wordle)
+
+from . import chess_env  # noqa: E402
+register("chess", chess_env, variant="chess")
+register("chess_endgame", chess_env, variant="endgame")
+from . import datasci_coding  # noqa: E402
+register("datasci_coding", datasci_coding)
+
+from . import overcooked, virtualhome  # noqa: E402
+register("overcooked_tomato_salad", overcooked, task="tomato salad")
+register("overcooked_tomato_lettuce_salad", overcooked, task="tomato-lettuce salad")
+register("virtualhome_food_preparation", virtualhome, task="food_preparation")
+register("virtualhome_entertainment", virtualhome, task="entertainment")

@@ -8,13 +8,16 @@ import argparse
 import sys
 import time
 
-from . import FORMAT_VERSION, make, names, save_dataset, scripted_policy
+from . import _GAMES, FORMAT_VERSION, make, names, save_dataset, scripted_policy
 
 
 def collect_scripted(env_name: str, episodes: int, seed: int = 0, mode: str = "suboptimal",
                      progress: bool = False, **env_options) -> list[dict]:
     """Play ``episodes`` episodes of the scripted policy; episode i is reset with seed ``seed + i``."""
-    env, policy = make(env_name, **env_options), scripted_policy(env_name, seed=seed, mode=mode)
+    # the question games' policies know their targets already; other envs' policies take the env's options
+    policy_options = {} if env_name in _GAMES else env_options
+    env = make(env_name, **env_options)
+    policy = scripted_policy(env_name, seed=seed, mode=mode, **policy_options)
     trajs, start = [], time.time()
     for i in range(episodes):
         obs, info = env.reset(seed=seed + i)
@@ -50,8 +53,9 @@ def main(argv=None):
     p.add_argument("--env", default="twenty_questions_subset", choices=names(), help="which game")
     p.add_argument("--episodes", type=int, default=1000, help="number of episodes to play")
     p.add_argument("--seed", type=int, default=0, help="seed of the policy; episode i is reset with seed+i")
-    p.add_argument("--mode", default="suboptimal", choices=["suboptimal", "greedy"],
-                   help="suboptimal = the papers' kind of data (default); greedy = a good questioner, for reference")
+    p.add_argument("--mode", default="suboptimal",
+                   help="scripted policy: suboptimal = the papers' kind of data (default); greedy = a good "
+                        "questioner, for reference; other envs list their modes in their module's MODES")
     p.add_argument("--out", default=None, help="output .jsonl file (omit to only print statistics)")
     args = p.parse_args(argv)
     if args.episodes < 1:

@@ -4,7 +4,9 @@
      "steps": [{"observation": "Questions:\\n", "action": "Is it alive?", "reward": -1.0, "done": false}, ...]}
 
 ``observation`` is what the agent saw before it chose ``action``; the next observation is the next step's
-(the last step is terminal). ``load_dataset`` checks every line and stops at the first bad one with
+(the last step is terminal). A step may carry ``action_ids``: the token ids a model sampled for the action
+(token-in, token-out). They are only meaningful with the tokenizer that sampled them, so ``load_dataset``
+drops them unless asked to keep them, and training on a dataset scores the canonical encoding of the text. ``load_dataset`` checks every line and stops at the first bad one with
 ``FILE:LINE: what is wrong``; nothing is skipped silently.
 """
 from __future__ import annotations
@@ -47,6 +49,10 @@ def validate_trajectory(traj, where: str = "trajectory", env: str | None = None)
     for i, step in enumerate(traj["steps"]):
         _check(f"{where}: step {i}", step, _STEP)
         last = i == len(traj["steps"]) - 1
+        ids = step.get("action_ids")
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                   and x >= 0 for x in ids)):
+            raise ValueError(f"{where}: step {i}: 'action_ids' must be a list of token ids (ints >= 0) or null")
         if step["done"] != last:
             raise ValueError(f"{where}: step {i}: done must be {last} ({'last' if last else 'not the last'} step)")
     total = sum(s["reward"] for s in traj["steps"])
@@ -55,8 +61,9 @@ def validate_trajectory(traj, where: str = "trajectory", env: str | None = None)
     return traj
 
 
-def load_dataset(path: str, env: str | None = None) -> list[dict]:
-    """Read and validate a JSON Lines dataset; ``env`` (optional) must match every line's env."""
+def load_dataset(path: str, env: str | None = None, keep_action_ids: bool = False) -> list[dict]:
+    """Read and validate a JSON Lines dataset; ``env`` (optional) must match every line's env. Steps' optional
+    ``action_ids`` are dropped unless ``keep_action_ids`` (they belong to the tokenizer that sampled them)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such dataset file (make one with `python -m envs.collect --out {path}`)")
     trajs = []
@@ -69,7 +76,11 @@ def load_dataset(path: str, env: str | None = None) -> list[dict]:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: broken JSON ({e.msg} at column {e.colno})") from None
-            trajs.append(validate_trajectory(obj, where, env))
+            traj = validate_trajectory(obj, where, env)
+            if not keep_action_ids:
+                for step in traj["steps"]:
+                    step.pop("action_ids", None)
+            trajs.append(traj)
     if not trajs:
         raise ValueError(f"{path}: the dataset is empty")
     return trajs
