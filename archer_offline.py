@@ -21,6 +21,9 @@ from torch.utils.tensorboard import SummaryWriter
 import envs
 
 
+EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+
+
 @dataclass
 class Args:
     # --- experiment ---
@@ -313,13 +316,20 @@ def newline_token_ids(tokenizer):
     return ids + [tokenizer.eos_token_id]
 
 
-def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int):
-    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined.
-    The action ends with "\n" (the end-of-utterance token the actor must learn to emit);
-    observations are left-truncated to max_obs_tokens."""
+def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined;
+    observations are left-truncated to max_obs_tokens. Token-in, token-out: where `action_ids[i]` is given
+    (the ids the actor sampled, through its stop token) the action is scored as exactly those tokens;
+    re-encoding the decoded text can give another sequence. Actions without ids (datasets, scripted
+    policies) use the canonical encoding of text + "\\n" (the end-of-utterance token the actor must learn)."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
-    act_ids = tokenizer([a + "\n" for a in actions], add_special_tokens=False)["input_ids"]
-    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, a) for o, a in zip(obs_ids, act_ids)]
+    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
+    todo = [i for i, x in enumerate(ids) if x is None]
+    if todo:
+        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        for i, x in zip(todo, enc):
+            ids[i] = x
+    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
@@ -364,7 +374,10 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, max_new_tokens: int, temperature: float, top_k: int,
                      top_p: float, max_obs_tokens: int, stop_ids):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (actions, n_tokens)."""
+    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids, n_tokens):
+    ids[i] are the sampled token ids through the first stop token (a token containing "\\n", or EOS), or all
+    max_new_tokens of them if none came (a truncated utterance); texts[i] is what the environment receives:
+    the decoded ids up to the first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
     pairs = [(o, []) for o, _ in tokenize_pairs(tokenizer, observations, [""] * len(observations), max_obs_tokens)]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
@@ -372,31 +385,35 @@ def generate_actions(model, tokenizer, observations, max_new_tokens: int, temper
     out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=sample,
                          temperature=temperature if sample else None, top_k=top_k if sample else None,
                          top_p=top_p if sample else None, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
-    new = out[:, ids.shape[1]:]
-    texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-    n_tokens = int((new != tokenizer.pad_token_id).sum())
-    return [t.split("\n", 1)[0].strip() for t in texts], n_tokens
+    stops, sampled = set(stop_ids), []
+    for row in out[:, ids.shape[1]:].tolist():  # after a row's stop token generate only pads it
+        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+        sampled.append(row[:end])
+    texts = [tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled]
+    return texts, sampled, sum(len(x) for x in sampled)
 
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """Play n episodes with the actor (batched); returns trajectories in the dataset format and token count."""
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each step also keeps
+    the sampled "action_ids") and the token count."""
     vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
     obs, infos = vec.reset(seed=seed, targets=targets)
     steps = [[] for _ in range(n)]
     stop_ids, n_tokens = newline_token_ids(tokenizer), 0
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
-        acts, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
-                                   0.0 if greedy else args.temperature, args.top_k, args.top_p,
-                                   args.max_obs_tokens, stop_ids)
+        acts, act_ids, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
+                                            0.0 if greedy else args.temperature, args.top_k, args.top_p,
+                                            args.max_obs_tokens, stop_ids)
         n_tokens += k
-        actions = [""] * n
-        for i, a in zip(live, acts):
-            actions[i] = a
+        actions, ids = [""] * n, [None] * n
+        for i, a, x in zip(live, acts, act_ids):
+            actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
         for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "reward": rewards[i], "done": dones[i]})
+            steps[i].append({"observation": prev[i], "action": actions[i], "action_ids": ids[i], "reward": rewards[i],
+                             "done": dones[i]})
     trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
               "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
     return trajs, n_tokens
@@ -532,13 +549,14 @@ def offline_critic_step(critic, target, optimizer, accelerator, critic_tok, batc
 
 
 def fresh_actions_and_advantages(actor, critic, tokenizer, critic_tok, states, args, stop_ids, device):
-    """a ~ π_φ(·|s) for each state and A(s,a) from the online critic (Eqs. 3–5)."""
-    acts, _ = generate_actions(actor, tokenizer, states, args.max_new_tokens, args.temperature, args.top_k,
-                               args.top_p, args.max_obs_tokens, stop_ids)
+    """a ~ π_φ(·|s) for each state (texts for the critic, sampled ids for the actor's loss) and A(s,a) from the
+    online critic (Eqs. 3–5). Returns (texts, ids, A)."""
+    acts, ids, _ = generate_actions(actor, tokenizer, states, args.max_new_tokens, args.temperature, args.top_k,
+                                    args.top_p, args.max_obs_tokens, stop_ids)
     with torch.no_grad():
         adv = advantage(*critic(*critic_inputs(critic_tok, states, args.critic_max_tokens, device),
                                 *critic_inputs(critic_tok, acts, args.critic_max_tokens, device)))
-    return acts, adv
+    return acts, ids, adv
 
 
 def offline_actor_step(model, actor, critic, optimizer, accelerator, tokenizer, critic_tok, batch, args, stop_ids):
@@ -561,9 +579,12 @@ def offline_actor_step(model, actor, critic, optimizer, accelerator, tokenizer, 
             loss = awr_loss(adv, logp, args.beta, args.awr_max_weight)  # Eq. (7)
             weight_mean += w * awr_weights(adv, args.beta, args.awr_max_weight).mean().item()
         else:
-            acts, adv = fresh_actions_and_advantages(actor, critic, tokenizer, critic_tok, states, args, stop_ids, dev)
+            acts, ids, adv = fresh_actions_and_advantages(actor, critic, tokenizer, critic_tok, states, args, stop_ids,
+                                                          dev)
             extra = data_acts if args.actor_loss == "reinforce_bc" else []
-            pairs = tokenize_pairs(tokenizer, states + states[:len(extra)], acts + extra, args.max_obs_tokens)
+            # fresh samples are scored as the sampled ids, dataset utterances as their canonical encoding
+            pairs = tokenize_pairs(tokenizer, states + states[:len(extra)], acts + extra, args.max_obs_tokens,
+                                   ids + [None] * len(extra))
             logp = action_logprobs(model, *pad_pairs(pairs, tokenizer.pad_token_id, "right", dev))  # one forward
             if extra:
                 loss = reinforce_bc_loss(adv, logp[:len(mb)], logp[len(mb):], args.bc_coef)
@@ -618,13 +639,31 @@ def save_checkpoint(path: str, state: dict, tokenizer):
     shutil.rmtree(old, ignore_errors=True)
 
 
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate per target,
+    and the per-episode returns (for paired comparisons of two policies on the same episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {"return": float(returns.mean()), "return_se": se(returns), "success_rate": float(wins.mean()),
+            "success_rate_se": se(wins), "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+            "returns": returns.tolist()}
+
+
 def evaluate(model, tokenizer, args, greedy: bool = False):
-    """Mean return and success rate over args.eval_episodes fixed-seed episodes (targets cycled)."""
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one example.
+    Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so training randomness is
+    untouched): the same policy always gets the same number, and two policies meet common random numbers."""
     module_targets = envs.make(args.env).targets
     targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=10**6, greedy=greedy, targets=targets)
-    return {"return": float(np.mean([t["return"] for t in trajs])),
-            "success_rate": float(np.mean([t["success"] for t in trajs])), "example": trajs[0]}
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=EVAL_SEED, greedy=greedy,
+                                targets=targets)
+    return {**eval_stats(trajs), "example": trajs[0]}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -724,9 +763,10 @@ def main(args: Args):
 
     if start_eval is None and args.eval_every:
         ev = evaluate(actor, tokenizer, args)
-        start_eval = {"return": ev["return"], "success_rate": ev["success_rate"]}
-        accelerator.print(f"start: eval return {ev['return']:.2f}  success {ev['success_rate']:.2f}")
+        start_eval = {k: v for k, v in ev.items() if k != "example"}
+        accelerator.print(f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}")
         log("eval/episodic_return", ev["return"], 0)
+        log("eval/episodic_return_se", ev["return_se"], 0)
         log("eval/success_rate", ev["success_rate"], 0)
 
     # training: critic steps (Eq. 1 + Eq. 6, or SARSA; target update after each) → actor steps (Eq. 7, or Eq. 3 [+ BC])
@@ -758,8 +798,9 @@ def main(args: Args):
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.iterations):
             ev = evaluate(actor, tokenizer, args)
             log("eval/episodic_return", ev["return"], iteration)
+            log("eval/episodic_return_se", ev["return_se"], iteration)
             log("eval/success_rate", ev["success_rate"], iteration)
-            line += f"  | eval return {ev['return']:.2f} success {ev['success_rate']:.2f}"
+            line += f"  | eval return {ev['return']:.2f} ± {ev['return_se']:.2f} success {ev['success_rate']:.2f}"
             if writer is not None:
                 writer.add_text("samples/dialogue", "```\n" + ev["example"]["steps"][-1]["observation"] + "```", iteration)
         history.append({"iteration": iteration, "q_loss": float(critic_stats[0]), "v_loss": float(critic_stats[1]),
@@ -776,12 +817,14 @@ def main(args: Args):
     greedy = evaluate(actor, tokenizer, args, greedy=True)
     if main_proc:
         summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
+                   "eval_return_se": final["return_se"], "eval_success_rate_se": final["success_rate_se"],
+                   "eval_per_target_success": final["per_target_success"], "eval_returns": final["returns"],
                    "eval_return_greedy": greedy["return"], "eval_success_rate_greedy": greedy["success_rate"],
                    "start_eval": start_eval, "eval_episodes": args.eval_episodes, "episodes": 0, "dataset": data_stats,
                    "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}
         with open(os.path.join(run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
-        print(f"final eval: return {final['return']:.2f} success {final['success_rate']:.2f} (sampled), return "
+        print(f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success {final['success_rate']:.2f} (sampled), return "
               f"{greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); {args.critic_loss} + "
               f"{args.actor_loss} on {len(data)} episodes; {time.time() - t0:.0f}s -> {run_dir}/summary.json")
         if args.save_model:

@@ -21,6 +21,9 @@ from torch.utils.tensorboard import SummaryWriter
 import envs
 
 
+EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+
+
 @dataclass
 class Args:
     # --- experiment ---
@@ -307,13 +310,20 @@ def newline_token_ids(tokenizer):
     return ids + [tokenizer.eos_token_id]
 
 
-def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int):
-    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined.
-    The action ends with "\n" (the end-of-utterance token the actor must learn to emit);
-    observations are left-truncated to max_obs_tokens."""
+def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined;
+    observations are left-truncated to max_obs_tokens. Token-in, token-out: where `action_ids[i]` is given
+    (the ids the actor sampled, through its stop token) the action is scored as exactly those tokens;
+    re-encoding the decoded text can give another sequence. Actions without ids (datasets, scripted
+    policies) use the canonical encoding of text + "\\n" (the end-of-utterance token the actor must learn)."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
-    act_ids = tokenizer([a + "\n" for a in actions], add_special_tokens=False)["input_ids"]
-    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, a) for o, a in zip(obs_ids, act_ids)]
+    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
+    todo = [i for i, x in enumerate(ids) if x is None]
+    if todo:
+        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        for i, x in zip(todo, enc):
+            ids[i] = x
+    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
@@ -358,7 +368,10 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, max_new_tokens: int, temperature: float, top_k: int,
                      top_p: float, max_obs_tokens: int, stop_ids):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (actions, n_tokens)."""
+    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids, n_tokens):
+    ids[i] are the sampled token ids through the first stop token (a token containing "\\n", or EOS), or all
+    max_new_tokens of them if none came (a truncated utterance); texts[i] is what the environment receives:
+    the decoded ids up to the first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
     pairs = [(o, []) for o, _ in tokenize_pairs(tokenizer, observations, [""] * len(observations), max_obs_tokens)]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
@@ -366,31 +379,35 @@ def generate_actions(model, tokenizer, observations, max_new_tokens: int, temper
     out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=sample,
                          temperature=temperature if sample else None, top_k=top_k if sample else None,
                          top_p=top_p if sample else None, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
-    new = out[:, ids.shape[1]:]
-    texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-    n_tokens = int((new != tokenizer.pad_token_id).sum())
-    return [t.split("\n", 1)[0].strip() for t in texts], n_tokens
+    stops, sampled = set(stop_ids), []
+    for row in out[:, ids.shape[1]:].tolist():  # after a row's stop token generate only pads it
+        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+        sampled.append(row[:end])
+    texts = [tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled]
+    return texts, sampled, sum(len(x) for x in sampled)
 
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """Play n episodes with the actor (batched); returns trajectories in the dataset format and token count."""
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each step also keeps
+    the sampled "action_ids") and the token count."""
     vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
     obs, infos = vec.reset(seed=seed, targets=targets)
     steps = [[] for _ in range(n)]
     stop_ids, n_tokens = newline_token_ids(tokenizer), 0
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
-        acts, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
-                                   0.0 if greedy else args.temperature, args.top_k, args.top_p,
-                                   args.max_obs_tokens, stop_ids)
+        acts, act_ids, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
+                                            0.0 if greedy else args.temperature, args.top_k, args.top_p,
+                                            args.max_obs_tokens, stop_ids)
         n_tokens += k
-        actions = [""] * n
-        for i, a in zip(live, acts):
-            actions[i] = a
+        actions, ids = [""] * n, [None] * n
+        for i, a, x in zip(live, acts, act_ids):
+            actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
         for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "reward": rewards[i], "done": dones[i]})
+            steps[i].append({"observation": prev[i], "action": actions[i], "action_ids": ids[i], "reward": rewards[i],
+                             "done": dones[i]})
     trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
               "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
     return trajs, n_tokens
@@ -401,7 +418,7 @@ def chai_candidates(actor, tokenizer, scorer, critic_tok, observations, args, st
     """k utterances a_1..a_k ~ π(·|s) per observation (one batched generate call: each observation repeated k
     times) and their scores (Q̄_1, Q̄_2)(s, a_j), shaped (n, k). Returns (candidates[n][k], q1, q2, n_tokens)."""
     rep = [o for o in observations for _ in range(args.k)]
-    acts, n_tokens = generate_actions(actor, tokenizer, rep, args.max_new_tokens, args.temperature, args.top_k,
+    acts, _, n_tokens = generate_actions(actor, tokenizer, rep, args.max_new_tokens, args.temperature, args.top_k,
                                       args.top_p, args.max_obs_tokens, stop_ids)
     q1, q2, _, _ = scorer(*critic_inputs(critic_tok, rep, args.critic_max_tokens, device),
                           *critic_inputs(critic_tok, acts, args.critic_max_tokens, device))
@@ -455,8 +472,8 @@ def to_transitions(trajs):
 
 
 def sample_pairs(trajs, n: int, rng: random.Random):
-    """n (observation, utterance) pairs drawn uniformly from the steps of `trajs`."""
-    flat = [(s["observation"], s["action"]) for t in trajs for s in t["steps"]]
+    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of `trajs`."""
+    flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
     return [flat[rng.randrange(len(flat))] for _ in range(n)]
 
 
@@ -466,15 +483,16 @@ def nll_loss(logprobs):
 
 
 def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on `pairs` (micro-batched, micro-batch losses averaged).
-    Pairs are sorted by length first so each micro-batch pads little; the loss is the same mean over all pairs."""
+    """One gradient step of nll_loss on (observation, utterance, ids or None) triples (micro-batched, micro-batch
+    losses averaged). Sampled ids are scored as sampled; dataset utterances as their canonical encoding.
+    Triples are sorted by length first so each micro-batch pads little; the loss is the same mean over all of them."""
     optimizer.zero_grad(set_to_none=True)
     pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total = 0.0
     for i in range(0, len(pairs), args.micro_batch_size):
         mb = pairs[i:i + args.micro_batch_size]
-        batch = pad_pairs(tokenize_pairs(tokenizer, [s for s, _ in mb], [a for _, a in mb], args.max_obs_tokens),
-                          tokenizer.pad_token_id, "right", accelerator.device)
+        batch = pad_pairs(tokenize_pairs(tokenizer, [p[0] for p in mb], [p[1] for p in mb], args.max_obs_tokens,
+                                         [p[2] for p in mb]), tokenizer.pad_token_id, "right", accelerator.device)
         loss = nll_loss(action_logprobs(model, *batch)) * len(mb) / len(pairs)
         accelerator.backward(loss)
         total += loss.item()
@@ -598,24 +616,43 @@ def save_checkpoint(path: str, state: dict, tokenizer):
     shutil.rmtree(old, ignore_errors=True)
 
 
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate per target,
+    and the per-episode returns (for paired comparisons of two policies on the same episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {"return": float(returns.mean()), "return_se": se(returns), "success_rate": float(wins.mean()),
+            "success_rate_se": se(wins), "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+            "returns": returns.tolist()}
+
+
 def evaluate(model, tokenizer, args, greedy: bool = False):
-    """Mean return and success rate over args.eval_episodes fixed-seed episodes (targets cycled)."""
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one example.
+    Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so training randomness is
+    untouched): the same policy always gets the same number, and two policies meet common random numbers."""
     module_targets = envs.make(args.env).targets
     targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=10**6, greedy=greedy, targets=targets)
-    return {"return": float(np.mean([t["return"] for t in trajs])),
-            "success_rate": float(np.mean([t["success"] for t in trajs])), "example": trajs[0]}
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=EVAL_SEED, greedy=greedy,
+                                targets=targets)
+    return {**eval_stats(trajs), "example": trajs[0]}
 
 
 def evaluate_chai(actor, tokenizer, scorer, critic_tok, args):
-    """Mean return and success rate of CHAI's acting rule (k *sampled* candidates, never greedy: greedy decoding
-    would make the k candidates identical) over the same fixed-seed episodes and targets as evaluate()."""
+    """eval_stats of CHAI's acting rule (k *sampled* candidates, never greedy: greedy decoding would make the k
+    candidates identical) over the same fixed episodes, targets and sampling seed as evaluate()."""
     module_targets = envs.make(args.env).targets
     targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    trajs, _ = run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, args.eval_episodes, seed=10**6,
-                                 targets=targets)
-    return {"return": float(np.mean([t["return"] for t in trajs])),
-            "success_rate": float(np.mean([t["success"] for t in trajs])), "example": trajs[0]}
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, args.eval_episodes, seed=EVAL_SEED,
+                                     targets=targets)
+    return {**eval_stats(trajs), "example": trajs[0]}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -719,12 +756,14 @@ def main(args: Args):
     actor.requires_grad_(False)  # ---- from here on the actor is frozen: CHAI never updates it ----
     if start_eval is None:
         ev, ev_chai = evaluate(actor, tokenizer, args), evaluate_chai(actor, tokenizer, target, critic_tok, args)
-        start_eval = {"actor_return": ev["return"], "actor_success_rate": ev["success_rate"],
-                      "return": ev_chai["return"], "success_rate": ev_chai["success_rate"]}
+        start_eval = {"actor_return": ev["return"], "actor_return_se": ev["return_se"],
+                      "actor_success_rate": ev["success_rate"], "actor_returns": ev["returns"],
+                      **{k: v for k, v in ev_chai.items() if k != "example"}}
         accelerator.print(f"start: actor alone (one sample) eval return {ev['return']:.2f}  success {ev['success_rate']:.2f}; "
                           f"CHAI (untrained critic) {ev_chai['return']:.2f}  success {ev_chai['success_rate']:.2f}")
         log("eval/actor_episodic_return", ev["return"], 0)
         log("eval/episodic_return", ev_chai["return"], 0)
+        log("eval/episodic_return_se", ev_chai["return_se"], 0)
         log("eval/success_rate", ev_chai["success_rate"], 0)
     if (args.buffer_init or args.offline) and data:
         buffer.extend(to_transitions(data))  # online: the most recent buffer_size transitions are kept
@@ -779,8 +818,9 @@ def main(args: Args):
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.iterations):
             ev = evaluate_chai(actor, tokenizer, target, critic_tok, args)
             log("eval/episodic_return", ev["return"], step)
+            log("eval/episodic_return_se", ev["return_se"], step)
             log("eval/success_rate", ev["success_rate"], step)
-            line += f"  | eval return {ev['return']:.2f} success {ev['success_rate']:.2f}"
+            line += f"  | eval return {ev['return']:.2f} ± {ev['return_se']:.2f} success {ev['success_rate']:.2f}"
             if writer is not None:
                 writer.add_text("samples/dialogue", "```\n" + ev["example"]["steps"][-1]["observation"] + "```", step)
         history.append({"iteration": iteration, "episodes": episodes, "return": ret, "success_rate": succ,
@@ -797,8 +837,12 @@ def main(args: Args):
     if main_proc:
         times = [h["iteration_time_s"] for h in history]
         summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
+                   "eval_return_se": final["return_se"], "eval_success_rate_se": final["success_rate_se"],
+                   "eval_per_target_success": final["per_target_success"], "eval_returns": final["returns"],
                    "start_eval_return": start_eval["return"], "start_eval_success_rate": start_eval["success_rate"],
+                   "start_eval_return_se": start_eval["return_se"], "start_eval_returns": start_eval["returns"],
                    "actor_eval_return": start_eval["actor_return"], "actor_eval_success_rate": start_eval["actor_success_rate"],
+                   "actor_eval_return_se": start_eval["actor_return_se"], "actor_eval_returns": start_eval["actor_returns"],
                    "eval_episodes": args.eval_episodes, "episodes": episodes,
                    "mean_iteration_time_s": float(np.mean(times)) if times else float("nan"),
                    "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}

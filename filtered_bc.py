@@ -20,6 +20,9 @@ from torch.utils.tensorboard import SummaryWriter
 import envs
 
 
+EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+
+
 @dataclass
 class Args:
     # --- experiment ---
@@ -221,13 +224,20 @@ def newline_token_ids(tokenizer):
     return ids + [tokenizer.eos_token_id]
 
 
-def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int):
-    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined.
-    The action ends with "\n" (the end-of-utterance token the actor must learn to emit);
-    observations are left-truncated to max_obs_tokens."""
+def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined;
+    observations are left-truncated to max_obs_tokens. Token-in, token-out: where `action_ids[i]` is given
+    (the ids the actor sampled, through its stop token) the action is scored as exactly those tokens;
+    re-encoding the decoded text can give another sequence. Actions without ids (datasets, scripted
+    policies) use the canonical encoding of text + "\\n" (the end-of-utterance token the actor must learn)."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
-    act_ids = tokenizer([a + "\n" for a in actions], add_special_tokens=False)["input_ids"]
-    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, a) for o, a in zip(obs_ids, act_ids)]
+    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
+    todo = [i for i, x in enumerate(ids) if x is None]
+    if todo:
+        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        for i, x in zip(todo, enc):
+            ids[i] = x
+    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
@@ -260,7 +270,10 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, max_new_tokens: int, temperature: float, top_k: int,
                      top_p: float, max_obs_tokens: int, stop_ids):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (actions, n_tokens)."""
+    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids, n_tokens):
+    ids[i] are the sampled token ids through the first stop token (a token containing "\\n", or EOS), or all
+    max_new_tokens of them if none came (a truncated utterance); texts[i] is what the environment receives:
+    the decoded ids up to the first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
     pairs = [(o, []) for o, _ in tokenize_pairs(tokenizer, observations, [""] * len(observations), max_obs_tokens)]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
@@ -268,34 +281,51 @@ def generate_actions(model, tokenizer, observations, max_new_tokens: int, temper
     out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=sample,
                          temperature=temperature if sample else None, top_k=top_k if sample else None,
                          top_p=top_p if sample else None, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
-    new = out[:, ids.shape[1]:]
-    texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-    n_tokens = int((new != tokenizer.pad_token_id).sum())
-    return [t.split("\n", 1)[0].strip() for t in texts], n_tokens
+    stops, sampled = set(stop_ids), []
+    for row in out[:, ids.shape[1]:].tolist():  # after a row's stop token generate only pads it
+        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+        sampled.append(row[:end])
+    texts = [tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled]
+    return texts, sampled, sum(len(x) for x in sampled)
 
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """Play n episodes with the actor (batched); returns trajectories in the dataset format and token count."""
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each step also keeps
+    the sampled "action_ids") and the token count."""
     vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
     obs, infos = vec.reset(seed=seed, targets=targets)
     steps = [[] for _ in range(n)]
     stop_ids, n_tokens = newline_token_ids(tokenizer), 0
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
-        acts, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
-                                   0.0 if greedy else args.temperature, args.top_k, args.top_p,
-                                   args.max_obs_tokens, stop_ids)
+        acts, act_ids, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
+                                            0.0 if greedy else args.temperature, args.top_k, args.top_p,
+                                            args.max_obs_tokens, stop_ids)
         n_tokens += k
-        actions = [""] * n
-        for i, a in zip(live, acts):
-            actions[i] = a
+        actions, ids = [""] * n, [None] * n
+        for i, a, x in zip(live, acts, act_ids):
+            actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
         for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "reward": rewards[i], "done": dones[i]})
+            steps[i].append({"observation": prev[i], "action": actions[i], "action_ids": ids[i], "reward": rewards[i],
+                             "done": dones[i]})
     trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
               "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
     return trajs, n_tokens
+
+
+def utterance_stats(trajs, tokenizer, stop_ids):
+    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as generated) and
+    how many would have been scored as a different token sequence had the decoded text been re-encoded."""
+    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
+    if not steps:
+        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
+    stops = set(stop_ids)
+    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
+    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
+    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
+    return {"truncated_per_1k": 1000 * cut / len(steps), "retokenized_differs_per_1k": 1000 * differs / len(steps)}
 
 
 def top_rho(trajs, rho: float):
@@ -313,15 +343,16 @@ def nll_loss(logprobs):
 
 
 def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on `pairs` (micro-batched, micro-batch losses averaged).
-    Pairs are sorted by length first so each micro-batch pads little; the loss is the same mean over all pairs."""
+    """One gradient step of nll_loss on (observation, utterance, ids or None) triples (micro-batched, micro-batch
+    losses averaged). Sampled ids are scored as sampled; dataset utterances as their canonical encoding.
+    Triples are sorted by length first so each micro-batch pads little; the loss is the same mean over all of them."""
     optimizer.zero_grad(set_to_none=True)
     pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total = 0.0
     for i in range(0, len(pairs), args.micro_batch_size):
         mb = pairs[i:i + args.micro_batch_size]
-        batch = pad_pairs(tokenize_pairs(tokenizer, [s for s, _ in mb], [a for _, a in mb], args.max_obs_tokens),
-                          tokenizer.pad_token_id, "right", accelerator.device)
+        batch = pad_pairs(tokenize_pairs(tokenizer, [p[0] for p in mb], [p[1] for p in mb], args.max_obs_tokens,
+                                         [p[2] for p in mb]), tokenizer.pad_token_id, "right", accelerator.device)
         loss = nll_loss(action_logprobs(model, *batch)) * len(mb) / len(pairs)
         accelerator.backward(loss)
         total += loss.item()
@@ -331,8 +362,8 @@ def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
 
 
 def sample_pairs(trajs, n: int, rng: random.Random):
-    """n (observation, utterance) pairs drawn uniformly from the steps of `trajs`."""
-    flat = [(s["observation"], s["action"]) for t in trajs for s in t["steps"]]
+    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of `trajs`."""
+    flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
     return [flat[rng.randrange(len(flat))] for _ in range(n)]
 
 
@@ -361,13 +392,31 @@ def save_checkpoint(path: str, state: dict, tokenizer):
     shutil.rmtree(old, ignore_errors=True)
 
 
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate per target,
+    and the per-episode returns (for paired comparisons of two policies on the same episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {"return": float(returns.mean()), "return_se": se(returns), "success_rate": float(wins.mean()),
+            "success_rate_se": se(wins), "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+            "returns": returns.tolist()}
+
+
 def evaluate(model, tokenizer, args, greedy: bool = False):
-    """Mean return and success rate over args.eval_episodes fixed-seed episodes (targets cycled)."""
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one example.
+    Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so training randomness is
+    untouched): the same policy always gets the same number, and two policies meet common random numbers."""
     module_targets = envs.make(args.env).targets
     targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=10**6, greedy=greedy, targets=targets)
-    return {"return": float(np.mean([t["return"] for t in trajs])),
-            "success_rate": float(np.mean([t["success"] for t in trajs])), "example": trajs[0]}
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=EVAL_SEED, greedy=greedy,
+                                targets=targets)
+    return {**eval_stats(trajs), "example": trajs[0]}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -465,9 +514,10 @@ def main(args: Args):
                 accelerator.print(f"offline step {step}/{args.offline_steps}  nll {loss:.3f}  grad_norm {gn:.2f}")
     if start_eval is None and args.iterations > 0:  # with --iterations 0 the final evaluation is the offline one
         ev = evaluate(unwrapped, tokenizer, args)
-        start_eval = {"return": ev["return"], "success_rate": ev["success_rate"]}
-        accelerator.print(f"start: eval return {ev['return']:.2f}  success {ev['success_rate']:.2f}")
+        start_eval = {k: v for k, v in ev.items() if k != "example"}
+        accelerator.print(f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}")
         log("eval/episodic_return", ev["return"], 0)
+        log("eval/episodic_return_se", ev["return_se"], 0)
         log("eval/success_rate", ev["success_rate"], 0)
     if args.buffer_init and data and not offline_done:
         buffer.extend(data)  # the offline episodes are the buffer's first contents (see --buffer-init)
@@ -478,6 +528,7 @@ def main(args: Args):
     for group in optimizer.param_groups:
         group["lr"] = args.lr
     history = []
+    stop_ids = newline_token_ids(tokenizer)
     for iteration in range(start_iter + 1, args.iterations + 1):
         it0 = time.time()
         n_local = args.rollouts_per_iter // accelerator.num_processes + (
@@ -498,6 +549,9 @@ def main(args: Args):
         log("charts/success_rate", succ, episodes)
         log("charts/episodes", episodes, iteration)
         log("charts/tokens_per_second", n_tok * accelerator.num_processes / max(gen_time, 1e-9), episodes)
+        utt = utterance_stats(trajs, tokenizer, stop_ids)  # scored as sampled; these count what re-encoding would change
+        for name, v in utt.items():
+            log(f"charts/{name}", v, episodes)
         log("charts/kept_return_min", min(t["return"] for t in kept), episodes)
         log("losses/nll", loss, episodes)
         line = (f"iter {iteration}/{args.iterations}  episodes {episodes}  return {ret:.2f}  success {succ:.2f}  "
@@ -506,11 +560,12 @@ def main(args: Args):
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.iterations):
             ev = evaluate(unwrapped, tokenizer, args)
             log("eval/episodic_return", ev["return"], episodes)
+            log("eval/episodic_return_se", ev["return_se"], episodes)
             log("eval/success_rate", ev["success_rate"], episodes)
-            line += f"  | eval return {ev['return']:.2f} success {ev['success_rate']:.2f}"
+            line += f"  | eval return {ev['return']:.2f} ± {ev['return_se']:.2f} success {ev['success_rate']:.2f}"
             if writer is not None:
                 writer.add_text("samples/dialogue", "```\n" + ev["example"]["steps"][-1]["observation"] + "```", episodes)
-        history.append({"iteration": iteration, "episodes": episodes, "return": ret, "success_rate": succ})
+        history.append({"iteration": iteration, "episodes": episodes, "return": ret, "success_rate": succ, **utt})
         accelerator.print(line)
         if args.checkpoint_every and iteration % args.checkpoint_every == 0:
             checkpoint(iteration)
@@ -522,13 +577,15 @@ def main(args: Args):
     greedy = evaluate(unwrapped, tokenizer, args, greedy=True)
     if main_proc:
         summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
+                   "eval_return_se": final["return_se"], "eval_success_rate_se": final["success_rate_se"],
+                   "eval_per_target_success": final["per_target_success"], "eval_returns": final["returns"],
                    "eval_return_greedy": greedy["return"], "eval_success_rate_greedy": greedy["success_rate"],
                    "eval_episodes": args.eval_episodes, "episodes": episodes,
                    "offline_eval": start_eval or {"return": final["return"], "success_rate": final["success_rate"]},
                    "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}
         with open(os.path.join(run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
-        print(f"final eval: return {final['return']:.2f} success {final['success_rate']:.2f} (sampled), "
+        print(f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success {final['success_rate']:.2f} (sampled), "
               f"return {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); "
               f"{episodes} online episodes; {time.time() - t0:.0f}s -> {run_dir}/summary.json")
         if args.save_model:

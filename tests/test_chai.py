@@ -50,7 +50,7 @@ def test_candidates_are_k_samples_per_observation_and_the_best_is_said(monkeypat
 
     def fake_generate(model, tokenizer, observations, *a, **kw):
         assert len(observations) == 6 and observations[0] == observations[2] != observations[3]  # each repeated k times
-        return [next(samples) for _ in observations], 6
+        return [next(samples) for _ in observations], [None] * len(observations), 6  # (texts, ids, n_tokens)
 
     monkeypatch.setattr(chai, "generate_actions", fake_generate)
     scorer = ScriptedScorer(tok, {"Is it a dog?": (0.0, -3.0), "Is it a pen?": (-1.0, -1.5), "Is it a thing?": (5.0, -4.0),
