@@ -1,5 +1,5 @@
 # archer.py — ArCHer, online: utterance-level TD critic + token-level REINFORCE actor (Zhou et al. 2024, §3.4–3.5,
-# App. A.1 Algorithm 1, Table 2; ../shared/EQUATIONS.md §1): Q loss Eq. (1), V loss Eq. (2), actor Eq. (3),
+# App. A.1 Algorithm 1, Table 2; docs/equations.md §1): Q loss Eq. (1), V loss Eq. (2), actor Eq. (3),
 # optional token-level baseline Eqs. (4)–(5).
 import copy
 import json
@@ -512,7 +512,7 @@ def sample_pairs(trajs, n: int, rng: random.Random):
 
 
 def nll_loss(logprobs):
-    """Filtered BC / BC loss (EQUATIONS.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
+    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
     return -logprobs.mean()
 
 
@@ -536,7 +536,7 @@ def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
 
 
 # ----------------------------------------------------------------------------------------------------
-# losses (EQUATIONS.md §1)
+# losses (docs/equations.md §1)
 
 
 def q_loss(q1, q2, reward, done, v1_next_target, v2_next_target, gamma: float):

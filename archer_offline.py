@@ -1,5 +1,5 @@
 # archer_offline.py — ArCHer, offline: utterance-level IQL critic + token-level AWR actor (Zhou et al. 2024, §3.5
-# "Offline RL", App. B, App. D.1 Table 1; ../shared/EQUATIONS.md §2): Q loss Eq. (1) on dataset transitions, V loss
+# "Offline RL", App. B, App. D.1 Table 1; docs/equations.md §2): Q loss Eq. (1) on dataset transitions, V loss
 # Eq. (6) (expectile regression), actor Eq. (7) (AWR); Table 1 variants: SARSA critic, REINFORCE (Eq. 3) and
 # REINFORCE + BC actors. Learns from a fixed dataset only; the environment is used for evaluation alone.
 import copy
@@ -434,7 +434,7 @@ def offline_transitions(trajs):
 
 
 # ----------------------------------------------------------------------------------------------------
-# losses (EQUATIONS.md §2; q_loss, advantage, reinforce_loss and nll_loss are archer.py's)
+# losses (docs/equations.md §2; q_loss, advantage, reinforce_loss and nll_loss are archer.py's)
 
 
 def expectile_loss(v1, v2, q1_target, q2_target, expectile: float):
@@ -473,7 +473,7 @@ def reinforce_bc_loss(adv, logprobs, data_logprobs, bc_coef: float):
 
 
 def nll_loss(logprobs):
-    """Filtered BC / BC loss (EQUATIONS.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
+    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
     return -logprobs.mean()
 
 

@@ -1,5 +1,5 @@
 # chai.py — CHAI: a frozen SFT/BC actor whose k sampled utterances are reranked by an utterance-level critic (Verma et
-# al. 2022; the online variant of ArCHer §5.2, Zhou et al. 2024; ../shared/EQUATIONS.md §3): Q loss Eq. (1), V target
+# al. 2022; the online variant of ArCHer §5.2, Zhou et al. 2024; docs/equations.md §3): Q loss Eq. (1), V target
 # Q̄_i(s, a_CHAI(s)) with a_CHAI the best of k fresh samples, optional CQL penalty (offline, the original CHAI).
 import copy
 import json
@@ -478,7 +478,7 @@ def sample_pairs(trajs, n: int, rng: random.Random):
 
 
 def nll_loss(logprobs):
-    """Filtered BC / BC loss (EQUATIONS.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
+    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
     return -logprobs.mean()
 
 
@@ -502,7 +502,7 @@ def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
 
 
 # ----------------------------------------------------------------------------------------------------
-# losses (EQUATIONS.md §1, §3)
+# losses (docs/equations.md §1, §3)
 
 
 def q_loss(q1, q2, reward, done, v1_next_target, v2_next_target, gamma: float):
@@ -513,7 +513,7 @@ def q_loss(q1, q2, reward, done, v1_next_target, v2_next_target, gamma: float):
 
 
 def chai_v_loss(v1, v2, q1_target, q2_target, best):
-    """CHAI's V loss (EQUATIONS.md §3): J_V = E_s Σ_i ( V_i(s) − Q̄_i(s, a_CHAI(s)) )², a_CHAI = the best of k fresh
+    """CHAI's V loss (docs/equations.md §3): J_V = E_s Σ_i ( V_i(s) − Q̄_i(s, a_CHAI(s)) )², a_CHAI = the best of k fresh
     samples by min(Q̄_1, Q̄_2) (a max backup, where ArCHer's Eq. (2) takes one sample). q*_target: (n, k) target
     scores of the candidates, best: (n,) index of a_CHAI; head i pairs with target head i."""
     rows = torch.arange(best.shape[0], device=best.device)
@@ -522,7 +522,7 @@ def chai_v_loss(v1, v2, q1_target, q2_target, best):
 
 
 def cql_penalty(q_cand, q_data, alpha: float):
-    """CQL penalty of the offline CHAI (Verma et al. 2022; EQUATIONS.md §3), one Q head:
+    """CQL penalty of the offline CHAI (Verma et al. 2022; docs/equations.md §3), one Q head:
     α · E_s [ logsumexp over {k candidates, data action} of Q(s, ·) − Q(s, a_data) ]; q_cand (n, k), q_data (n,).
     Pushes Q down on the actor's candidates and up on the data action."""
     return alpha * (torch.logsumexp(torch.cat([q_cand, q_data.unsqueeze(-1)], dim=-1), dim=-1) - q_data).mean()

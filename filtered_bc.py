@@ -1,5 +1,5 @@
 # filtered_bc.py — filtered behaviour cloning for multi-turn LM agents, online and offline
-# (ArCHer paper §5.2 baseline, Table 2; ../shared/EQUATIONS.md §4). Offline with --offline-rho 1.0 is plain BC/SFT.
+# (ArCHer paper §5.2 baseline, Table 2; docs/equations.md §4). Offline with --offline-rho 1.0 is plain BC/SFT.
 import json
 import math
 import os
@@ -338,7 +338,7 @@ def top_rho(trajs, rho: float):
 
 
 def nll_loss(logprobs):
-    """Filtered BC / BC loss (EQUATIONS.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
+    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
     return -logprobs.mean()
 
 

@@ -1,5 +1,5 @@
 # ppo_token.py — token-level PPO over the whole multi-turn episode, the ArCHer paper's on-policy baseline (Zhou et al.
-# 2024, §5.2, App. C, Table 2; LMRL-Gym's PPO; ../shared/EQUATIONS.md §5): every generated token is an action, env text
+# 2024, §5.2, App. C, Table 2; LMRL-Gym's PPO; docs/equations.md §5): every generated token is an action, env text
 # is context, GAE over the action tokens of an episode, clipped policy and value losses, entropy, per-token KL penalty.
 import copy
 import json
@@ -430,7 +430,7 @@ def sample_pairs(trajs, n: int, rng: random.Random):
 
 
 def nll_loss(logprobs):
-    """Filtered BC / BC loss (EQUATIONS.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
+    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
     return -logprobs.mean()
 
 
@@ -454,11 +454,11 @@ def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
 
 
 # ----------------------------------------------------------------------------------------------------
-# the token-level MDP and the PPO losses (EQUATIONS.md §5)
+# the token-level MDP and the PPO losses (docs/equations.md §5)
 
 
 def utterance_end_rewards(action_lengths, rewards):
-    """EQUATIONS.md §5: the env reward of a turn sits on the LAST token of that utterance, every other action token gets
+    """docs/equations.md §5: the env reward of a turn sits on the LAST token of that utterance, every other action token gets
     0. Returns one reward per action token, utterances in episode order (environment text has no entry: it is never
     an action, only context of the next turn)."""
     out = []
@@ -468,13 +468,13 @@ def utterance_end_rewards(action_lengths, rewards):
 
 
 def kl_penalized_rewards(env_rewards, logp_old, logp_ref, kl_coef: float):
-    """EQUATIONS.md §5, KL penalty folded into the reward: r_k − β (log π_old(a_k|·) − log π_ref(a_k|·)) per action token
+    """docs/equations.md §5, KL penalty folded into the reward: r_k − β (log π_old(a_k|·) − log π_ref(a_k|·)) per action token
     (the sampled-token estimate of KL(π_old ‖ π_ref), π_ref the frozen starting policy)."""
     return env_rewards - kl_coef * (logp_old - logp_ref)
 
 
 def gae(rewards, values, mask, gamma: float, lam: float):
-    """EQUATIONS.md §5: δ_k = r_k + γ V_{k+1} (1 − d_k) − V_k,  Â_k = δ_k + γλ (1 − d_k) Â_{k+1}, over the action tokens
+    """docs/equations.md §5: δ_k = r_k + γ V_{k+1} (1 − d_k) − V_k,  Â_k = δ_k + γλ (1 − d_k) Â_{k+1}, over the action tokens
     of each episode in order. Tensors are [episodes, tokens], padded after each episode's last action token (mask 0);
     d_k = 1 at the last one (a win or the turn limit, both terminal), so nothing is bootstrapped past it.
     Returns (advantages Â, value targets Â + V), 0 on padding."""
@@ -490,7 +490,7 @@ def gae(rewards, values, mask, gamma: float, lam: float):
 
 
 def masked_whiten(x, mask, eps: float = 1e-8):
-    """EQUATIONS.md §5, whitened advantages: (x − mean) / std over the entries where mask is 1 (the action tokens of the
+    """docs/equations.md §5, whitened advantages: (x − mean) / std over the entries where mask is 1 (the action tokens of the
     batch); padding stays 0."""
     n = mask.sum()
     mean = (x * mask).sum() / n
@@ -499,7 +499,7 @@ def masked_whiten(x, mask, eps: float = 1e-8):
 
 
 def clipped_policy_loss(logp, logp_old, adv, clip: float):
-    """EQUATIONS.md §5: −E_k min(ρ_k Â_k, clip(ρ_k, 1−ε, 1+ε) Â_k), ρ_k = π_θ(a_k|·) / π_old(a_k|·) per action token.
+    """docs/equations.md §5: −E_k min(ρ_k Â_k, clip(ρ_k, 1−ε, 1+ε) Â_k), ρ_k = π_θ(a_k|·) / π_old(a_k|·) per action token.
     Returns the loss (mean over tokens) and the fraction of tokens whose ratio was clipped."""
     ratio = torch.exp(logp - logp_old.detach())
     adv = adv.detach()
@@ -508,7 +508,7 @@ def clipped_policy_loss(logp, logp_old, adv, clip: float):
 
 
 def clipped_value_loss(v, v_old, returns, clip: float):
-    """EQUATIONS.md §5, value loss with clipping: ½ E_k max( (V_k − R_k)², (V_old,k + clip(V_k − V_old,k, −c, c) − R_k)² ),
+    """docs/equations.md §5, value loss with clipping: ½ E_k max( (V_k − R_k)², (V_old,k + clip(V_k − V_old,k, −c, c) − R_k)² ),
     R_k = Â_k + V_old,k the GAE value target (clip ≤ 0: plain ½ E (V − R)²)."""
     returns, v_old = returns.detach(), v_old.detach()
     loss = (v - returns) ** 2
@@ -518,7 +518,7 @@ def clipped_value_loss(v, v_old, returns, clip: float):
 
 
 def token_entropy(logp):
-    """EQUATIONS.md §5, entropy term: H_k = −Σ_v π(v|·) log π(v|·) from log-probabilities over the vocabulary [tokens, V];
+    """docs/equations.md §5, entropy term: H_k = −Σ_v π(v|·) log π(v|·) from log-probabilities over the vocabulary [tokens, V];
     the actor loss subtracts ent_coef · mean_k H_k."""
     return -(logp.exp() * logp).sum(-1)
 

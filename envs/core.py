@@ -10,7 +10,7 @@ Observation: ``"Questions:\\n"`` followed by one line ``"<question> <answer>\\n"
 
 Deliberate choices (documented in the README):
 - hitting the 20-question cap is a *terminal* state (``terminated=True``), not a truncation: the number
-  of questions asked is part of the state in these games (EQUATIONS.md §1: "turn limit is terminal").
+  of questions asked is part of the state in these games (docs/equations.md §1: "turn limit is terminal").
 - the action is stripped and cut at its first newline; an empty action is answered like any
   question the oracle cannot parse and costs a turn.
 """

@@ -1,7 +1,7 @@
 """Functions that two top-level scripts share are copies, and copies must stay identical.
 
 A function (or class) with the same name in two algorithm files must have the same source, character for
-character; a deliberate difference takes a new name (../shared/DESIGN.md, "Anatomy")."""
+character; a deliberate difference takes a new name (the single-file design: each script stands alone)."""
 import ast
 import glob
 import os
