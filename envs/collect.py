@@ -68,7 +68,7 @@ def main(argv=None):
     steps = sum(len(t["steps"]) for t in trajs)
     print(f"env={args.env} mode={args.mode} episodes={s['episodes']} mean_return={s['mean_return']:.2f} "
           f"success_rate={s['success_rate']:.3f} mean_turns={s['mean_turns']:.2f} "
-          f"env_steps_per_s={steps / (time.time() - start):,.0f}" + (f" -> {args.out}" if args.out else ""))
+          f"env_steps_per_s={steps / (time.time() - start):,.3g}" + (f" -> {args.out}" if args.out else ""))
     return s
 
 
