@@ -9,6 +9,7 @@ import random
 import shutil
 import time
 from dataclasses import asdict, dataclass
+from typing import Optional
 from typing import Literal, Optional
 
 import numpy as np
@@ -51,9 +52,9 @@ class Args:
     """write an atomic checkpoint every this many iterations (0 = never)"""
     # --- environment (evaluation only) ---
     env: str = "twenty_questions_subset"
-    """the game: twenty_questions, twenty_questions_subset or guess_my_city"""
-    max_turns: int = 20
-    """questions per episode (hitting the limit is terminal, d = 1)"""
+    """the env, one of envs.names() (docs/envs.md); the default is the 10-word Twenty Questions"""
+    max_turns: Optional[int] = None
+    """turns per episode (None: the env's own cap, 20 for the question games; the cap is terminal, d = 1)"""
     oracle: str = "kb"
     """'kb' (built-in knowledge base) or 'hf:<model id or path>' (LLM oracle)"""
     # --- models ---

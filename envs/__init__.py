@@ -68,6 +68,12 @@ def make(name: str, **options):
     their options in their module."""
     module = game_module(name)
     if name in _OTHER:
+        # the scripts pass the question games' options; for other envs oracle "kb" and max_turns None
+        # mean "the env's own" (anything else is passed on, and the env names its valid options)
+        if options.get("oracle", "kb") == "kb":
+            options.pop("oracle", None)
+        if options.get("max_turns", 0) is None:
+            options.pop("max_turns")
         env = module.make(**{**_OTHER[name][1], **options})
         env.name = name
         return env
@@ -76,7 +82,8 @@ def make(name: str, **options):
         raise ValueError(f"unknown option(s) {sorted(unknown)} for env {name!r}; valid options: {sorted(_OPTIONS)}")
     targets = options.get("targets") or _GAMES[name][1]
     oracle = options.get("oracle", "kb")
-    env = module.make(targets=list(targets), max_turns=options.get("max_turns", 20), oracle="kb")
+    max_turns = options.get("max_turns")
+    env = module.make(targets=list(targets), max_turns=20 if max_turns is None else max_turns, oracle="kb")
     env.name = name
     if oracle != "kb":
         if not (isinstance(oracle, str) and oracle.startswith("hf:") and len(oracle) > 3):

@@ -15,7 +15,8 @@ def collect_scripted(env_name: str, episodes: int, seed: int = 0, mode: str = "s
                      progress: bool = False, **env_options) -> list[dict]:
     """Play ``episodes`` episodes of the scripted policy; episode i is reset with seed ``seed + i``."""
     # the question games' policies know their targets already; other envs' policies take the env's options
-    policy_options = {} if env_name in _GAMES else env_options
+    policy_options = {} if env_name in _GAMES else {
+        k: v for k, v in env_options.items() if (k, v) not in (("max_turns", None), ("oracle", "kb"))}
     env = make(env_name, **env_options)
     policy = scripted_policy(env_name, seed=seed, mode=mode, **policy_options)
     trajs, start = [], time.time()

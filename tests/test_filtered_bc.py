@@ -201,3 +201,12 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improve
     online = json.loads((run_dir(online_out) / "summary.json").read_text())
     assert online["episodes"] == 20 * 32
     assert online["eval_return"] >= bc["eval_return"] - 0.5, (online["eval_return"], bc["eval_return"])
+
+
+@pytest.mark.parametrize("env", ["wordle", "chess_endgame"])
+def test_new_envs_run_end_to_end(tmp_path, env):
+    """The scripts run on the non-question envs too (their own turn caps, no oracle option): scripted data, BC,
+    one online iteration, evaluation."""
+    fbc.main(small_args(tmp_path, env=env, iterations=1, eval_every=0, checkpoint_every=0, scripted_episodes=20))
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["episodes"] == 4 and summary["args"]["env"] == env and len(summary["eval_returns"]) == 4
