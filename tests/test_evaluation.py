@@ -58,15 +58,14 @@ def _history_losses(path):
     return [{k: v for k, v in h.items() if "loss" in k or k in ("return", "nll")} for h in summary["history"]]
 
 
-@pytest.mark.parametrize("script", ["filtered_bc", "archer", "ppo_token"])
+@pytest.mark.parametrize("script", ["filtered_bc", "archer"])
 def test_evaluating_between_iterations_does_not_change_training(script, tmp_path):
     mod = importlib.import_module(script)
     common = dict(env=ENV, iterations=3, rollouts_per_iter=4, batch_size=8, micro_batch_size=4, eval_episodes=4,
                   max_new_tokens=8, max_turns=4, checkpoint_every=0, device="cpu", seed=3)
     extra = {"filtered_bc": dict(scripted_episodes=30, offline_steps=2, actor_updates_per_iter=2),
              "archer": dict(scripted_episodes=30, bc_steps=2, warmup_iters=1, critic_updates_per_iter=2,
-                            actor_updates_per_iter=2),
-             "ppo_token": dict(scripted_episodes=30, bc_steps=2, ppo_epochs=1)}[script]
+                            actor_updates_per_iter=2)}[script]
     mod.main(mod.Args(output_dir=str(tmp_path / "with"), eval_every=1, **common, **extra))
     mod.main(mod.Args(output_dir=str(tmp_path / "without"), eval_every=0, **common, **extra))
     with_eval, without = _history_losses(tmp_path / "with"), _history_losses(tmp_path / "without")
