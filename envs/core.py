@@ -57,6 +57,19 @@ def parse_history(obs: str) -> list[str]:
     return [line for line in body.split("\n") if line]
 
 
+def reset_target(name: str, options: dict | None, targets: list[str]):
+    """The target a ``reset(options=...)`` asks for (None if none), after checking that "target" is the only
+    option and that it is one of ``targets``; the errors name the env and the valid choices."""
+    options = dict(options or {})
+    unknown = set(options) - {"target"}
+    if unknown:
+        raise ValueError(f"{name}: unknown reset option(s) {sorted(unknown)}; valid: ['target']")
+    target = options.get("target")
+    if target is not None and target not in targets:
+        raise ValueError(f"{name}: unknown target {target!r}; valid targets: {targets}")
+    return target
+
+
 class QuestionGame:
     """A Gymnasium-style environment on strings (reset/step), one hidden target per episode."""
 

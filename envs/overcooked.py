@@ -46,7 +46,7 @@ from __future__ import annotations
 import random
 import re
 
-from .core import normalize
+from .core import normalize, reset_target
 
 LAYOUTS = {  # one row per x; each string is a row of y = 0..6
     "tomato salad": """
@@ -152,17 +152,7 @@ class OvercookedEnv:
         target)."""
         if seed is not None:
             self.rng.seed(seed)
-        options = dict(options or {})
-        unknown = set(options) - {"target"}
-        if unknown:
-            raise ValueError(
-                f"{self.name}: unknown reset option(s) {sorted(unknown)}; valid: ['target']"
-            )
-        target = options.get("target")
-        if target is not None and target not in self.targets:
-            raise ValueError(
-                f"{self.name}: unknown target {target!r}; valid targets: {self.targets}"
-            )
+        reset_target(self.name, options, self.targets)  # validates: the task is the only target
         k = self.kitchen
         self.agent, self.held, self.bowl = k.start, None, []
         self.place = dict(k.origin)  # item -> the counter/board cell it lies on (not held/in bowl)

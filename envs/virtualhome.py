@@ -55,6 +55,7 @@ from __future__ import annotations
 import random
 import re
 
+from .core import reset_target
 from .overcooked import MixedPolicy, episode_texts, match_action, mix_corpus, parse_actions
 
 MODES = ("suboptimal", "optimal")  # scripted policies: the data policy first
@@ -315,17 +316,7 @@ class VirtualHomeEnv:
         task's object, e.g. "pancake", or "entertainment")."""
         if seed is not None:
             self.rng.seed(seed)
-        options = dict(options or {})
-        unknown = set(options) - {"target"}
-        if unknown:
-            raise ValueError(
-                f"{self.name}: unknown reset option(s) {sorted(unknown)}; valid: ['target']"
-            )
-        target = options.get("target")
-        if target is not None and target not in self.targets:
-            raise ValueError(
-                f"{self.name}: unknown target {target!r}; valid targets: {self.targets}"
-            )
+        reset_target(self.name, options, self.targets)  # validates: the task is the only target
         self.task.reset()
         self.turn, self.done, self.won = 0, False, False
         self._render()
