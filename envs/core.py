@@ -57,16 +57,17 @@ def parse_history(obs: str) -> list[str]:
     return [line for line in body.split("\n") if line]
 
 
-def reset_target(name: str, options: dict | None, targets: list[str]):
+def reset_target(name: str, options: dict | None, targets: list[str], valid: str | None = None):
     """The target a ``reset(options=...)`` asks for (None if none), after checking that "target" is the only
-    option and that it is one of ``targets``; the errors name the env and the valid choices."""
+    option and that it is one of ``targets``; the errors name the env and the valid choices (``valid``
+    describes them where the list is too long to print)."""
     options = dict(options or {})
     unknown = set(options) - {"target"}
     if unknown:
         raise ValueError(f"{name}: unknown reset option(s) {sorted(unknown)}; valid: ['target']")
     target = options.get("target")
     if target is not None and target not in targets:
-        raise ValueError(f"{name}: unknown target {target!r}; valid targets: {targets}")
+        raise ValueError(f"{name}: unknown target {target!r}; valid targets: {valid or targets}")
     return target
 
 
@@ -89,15 +90,8 @@ class QuestionGame:
         uniformly with the env's RNG (seeded by ``seed`` when given, so seeded episodes repeat)."""
         if seed is not None:
             self.rng.seed(seed)
-        options = dict(options or {})
-        unknown = set(options) - {"target"}
-        if unknown:
-            raise ValueError(f"{self.name}: unknown reset option(s) {sorted(unknown)}; valid: ['target']")
-        if "target" in options and options["target"] is not None:
-            target = options["target"]
-            if target not in self.targets:
-                raise ValueError(f"{self.name}: unknown target {target!r}; valid targets: {self.targets}")
-        else:
+        target = reset_target(self.name, options, self.targets)
+        if target is None:
             target = self.rng.choice(self.targets)
         self.target, self.obs, self.turn, self.done = target, HEADER, 0, False
         return self.obs, {"target": target, "turn": 0, "won": False}

@@ -52,6 +52,8 @@ import weakref
 
 import numpy as np
 
+from .core import reset_target
+
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_runner.py")
 PENALTY = -1.0          # the reference's constant reward for a program that fails
 N_SPLITS = 5            # 5 random 50/50 splits, as the reference (and CAAFE) evaluate
@@ -470,17 +472,9 @@ class DataSciCodingEnv:
         also fixes the seeds of ``random``/``numpy`` inside the sandbox (one per split)."""
         if seed is not None:
             self.rng.seed(seed)
-        options = dict(options or {})
-        unknown = set(options) - {"target"}
-        if unknown:
-            raise ValueError(f"{self.name}: unknown reset option(s) {sorted(unknown)}; "
-                             "valid: ['target']")
-        target = options.get("target")
+        target = reset_target(self.name, options, self.targets)
         if target is None:
             target = self.rng.choice(self.targets)
-        elif target not in self.targets:
-            raise ValueError(f"{self.name}: unknown target {target!r}; "
-                             f"valid targets: {self.targets}")
         self.target, self.attempt, self.done = target, 0, False
         self.seeds = [self.rng.randrange(2**31) for _ in range(N_SPLITS)]
         self.obs = prompt(self.title(target), dataset(target)["train_shape"])

@@ -42,6 +42,8 @@ import os
 import random
 import re
 
+from .core import reset_target
+
 HEADER = "Wordle:\n"
 N_LETTERS, MAX_GUESSES = 5, 6
 SHOWN_INVALID = 10
@@ -155,17 +157,10 @@ class Wordle:
         uniformly with the env's RNG (seeded by ``seed`` when given, so seeded episodes repeat)."""
         if seed is not None:
             self.rng.seed(seed)
-        options = dict(options or {})
-        unknown = set(options) - {"target"}
-        if unknown:
-            raise ValueError(f"wordle: unknown reset option(s) {sorted(unknown)}; "
-                             "valid: ['target']")
-        target = options.get("target")
+        target = reset_target("wordle", options, self.targets,
+                              valid=f"the first {self.vocab_size} words of envs.wordle.SECRETS")
         if target is None:
             target = self.rng.choice(self.targets)
-        elif target not in self.targets:
-            raise ValueError(f"wordle: unknown target {target!r}; valid targets are the first "
-                             f"{self.vocab_size} words of envs.wordle.SECRETS")
         self.target, self.obs, self.turn, self.done, self.history = target, HEADER, 0, False, ()
         return self.obs, {"target": target, "turn": 0, "won": False}
 

@@ -31,3 +31,16 @@ def bc_actor(tmp_path_factory):
                                       device="cpu", seed=1))
     run = run_dir(out)
     return str(run / "actor"), json.loads((run / "summary.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """(model, tokenizer): a randomly initialised `tiny` actor for the 10-word game (seed 0), in eval mode; shared
+    by tests that only read it."""
+    import torch
+
+    import archer
+
+    torch.manual_seed(0)
+    model, tok = archer.load_actor("tiny", "twenty_questions_subset")
+    return model.eval(), tok

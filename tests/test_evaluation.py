@@ -14,15 +14,6 @@ SCRIPTS = ["archer", "archer_offline", "chai", "filtered_bc", "ppo_token"]
 ENV = "twenty_questions_subset"
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    import archer
-
-    torch.manual_seed(0)
-    model, tok = archer.load_actor("tiny", ENV)
-    return model.eval(), tok
-
-
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_same_policy_same_number_and_training_rng_untouched(script, tiny):
     mod = importlib.import_module(script)

@@ -12,15 +12,6 @@ SCRIPTS = ["archer", "archer_offline", "chai", "filtered_bc", "ppo_token"]
 ENV = "twenty_questions_subset"
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    import archer
-
-    torch.manual_seed(0)
-    model, tok = archer.load_actor("tiny", ENV)
-    return model.eval(), tok
-
-
 class StubModel(torch.nn.Module):
     """Stands in for a causal LM whose `generate` returns chosen continuation ids (padded with pad_id)."""
 
