@@ -1,8 +1,8 @@
 """Measure chess and chess_endgame: each scripted policy's mean return and success, env steps per
 second and Stockfish's time per move.
 
-    python benchmark/envs_chess.py                 # Markdown table for docs/envs.md (~20 min, 1 core)
-    python benchmark/envs_chess.py --quick         # a few episodes per row, to check it runs
+    python benchmark/envs_chess.py          # Markdown table for docs/envs.md (~20 min, 1 core)
+    python benchmark/envs_chess.py --quick  # a few episodes per row, to check it runs
 
 Episode i is reset with seed i; every policy has seed 0. A row stops at its episode count or after
 ``--max-seconds`` (the table says how many episodes it played). "env steps/s" times ``env.step``
@@ -10,6 +10,7 @@ alone (the opponent's move included, the agent's thinking excluded); "opp. ms/mo
 ms/move" are the mean wall time of one Stockfish request (through python-chess) for the opponent and
 for a Stockfish agent. Rows with Stockfish are skipped when the binary is missing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,17 @@ def play(name: str, env_kw: dict, mode: str, episodes: int, max_seconds: float) 
     n = len(returns)
     mean = sum(returns) / n
     var = sum((x - mean) ** 2 for x in returns) / max(n - 1, 1)
-    row = {"episodes": n, "mean": mean, "se": math.sqrt(var / n), "success": wins / n,
-           "steps": steps / n, "illegal": illegal / max(steps, 1), "rate": steps / env_time,
-           "opp_ms": None, "agent_ms": None}
+    row = {
+        "episodes": n,
+        "mean": mean,
+        "se": math.sqrt(var / n),
+        "success": wins / n,
+        "steps": steps / n,
+        "illegal": illegal / max(steps, 1),
+        "rate": steps / env_time,
+        "opp_ms": None,
+        "agent_ms": None,
+    }
     if env.engine is not None and env.engine.calls:
         row["opp_ms"] = 1000 * env.engine.seconds / env.engine.calls
     if policy.engine is not None and policy.engine.calls:
@@ -67,11 +76,16 @@ def fmt_ms(x) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--episodes", type=int, default=1000, help="episodes per row without engines")
-    p.add_argument("--engine-episodes", type=int, default=1000,
-                   help="episodes per row with Stockfish (capped by --max-seconds)")
+    p.add_argument(
+        "--engine-episodes",
+        type=int,
+        default=1000,
+        help="episodes per row with Stockfish (capped by --max-seconds)",
+    )
     p.add_argument("--max-seconds", type=float, default=60.0, help="wall-time cap per row")
     p.add_argument("--quick", action="store_true", help="5 episodes per row")
     args = p.parse_args(argv)
@@ -79,8 +93,11 @@ def main(argv=None):
         args.episodes = args.engine_episodes = 5
     have_sf = chess_env.find_stockfish() is not None
     rows = []
-    for name, extra in [("chess_endgame", {"pieces": "kQK"}), ("chess_endgame", {"pieces": "kRK"}),
-                        ("chess", {})]:
+    for name, extra in [
+        ("chess_endgame", {"pieces": "kQK"}),
+        ("chess_endgame", {"pieces": "kRK"}),
+        ("chess", {}),
+    ]:
         opponents = ["greedy", "stockfish"] if name == "chess_endgame" else ["stockfish"]
         for opponent in opponents:
             if opponent == "stockfish" and not have_sf:
@@ -89,18 +106,27 @@ def main(argv=None):
             for mode in CHEAP + (ENGINE if have_sf else ()):
                 uses_sf = opponent == "stockfish" or mode in ENGINE
                 n = args.engine_episodes if uses_sf else args.episodes
-                row = play(name, {**extra, "opponent": opponent}, mode, n,
-                           args.max_seconds if uses_sf else float("inf"))
+                row = play(
+                    name,
+                    {**extra, "opponent": opponent},
+                    mode,
+                    n,
+                    args.max_seconds if uses_sf else float("inf"),
+                )
                 label = f"{name} {extra.get('pieces', '')}".strip()
                 rows.append((label, opponent, mode, row))
                 print(f"{label} vs {opponent} {mode}: {row}", file=sys.stderr, flush=True)
-    print("| env | opponent | policy | episodes | mean return (± s.e.) | success | steps/episode "
-          "| illegal moves | env steps/s | opp. ms/move | agent ms/move |")
+    print(
+        "| env | opponent | policy | episodes | mean return (± s.e.) | success | steps/episode "
+        "| illegal moves | env steps/s | opp. ms/move | agent ms/move |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, opponent, mode, r in rows:
-        print(f"| {label} | {opponent} | {mode} | {r['episodes']} | {r['mean']:.2f} ± {r['se']:.2f} "
-              f"| {r['success']:.3f} | {r['steps']:.1f} | {100 * r['illegal']:.1f}% "
-              f"| {r['rate']:,.0f} | {fmt_ms(r['opp_ms'])} | {fmt_ms(r['agent_ms'])} |")
+        print(
+            f"| {label} | {opponent} | {mode} | {r['episodes']} | {r['mean']:.2f} ± {r['se']:.2f} "
+            f"| {r['success']:.3f} | {r['steps']:.1f} | {100 * r['illegal']:.1f}% "
+            f"| {r['rate']:,.0f} | {fmt_ms(r['opp_ms'])} | {fmt_ms(r['agent_ms'])} |"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ template's mean ROC AUC per dataset (``--templates``), and the time one program 
 sandbox and in a plain subprocess (median of ``--repeats`` runs of the same two programs: one that
 fails at once, one that imports scikit-learn and fits logistic regression).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,11 +34,18 @@ def policies(episodes: int) -> dict:
         s = envs.summarize(trajs)
         steps = sum(len(t["steps"]) for t in trajs)
         aucs = [t["steps"][-1]["reward"] for t in trajs if t["success"]]
-        out[mode] = {**s, "mean_auc_when_run": statistics.mean(aucs) if aucs else None,
-                     "env_steps_per_s": steps / seconds, "seconds_per_step": seconds / steps}
-        print(f"{mode:>10}: return {s['mean_return']:+.3f}  success {s['success_rate']:.3f}  "
-              f"attempts {s['mean_turns']:.2f}  AUC|run {out[mode]['mean_auc_when_run']:.3f}  "
-              f"{steps / seconds:.2f} steps/s", flush=True)
+        out[mode] = {
+            **s,
+            "mean_auc_when_run": statistics.mean(aucs) if aucs else None,
+            "env_steps_per_s": steps / seconds,
+            "seconds_per_step": seconds / steps,
+        }
+        print(
+            f"{mode:>10}: return {s['mean_return']:+.3f}  success {s['success_rate']:.3f}  "
+            f"attempts {s['mean_turns']:.2f}  AUC|run {out[mode]['mean_auc_when_run']:.3f}  "
+            f"{steps / seconds:.2f} steps/s",
+            flush=True,
+        )
     return out
 
 
@@ -50,19 +58,23 @@ def templates() -> dict:
             env.reset(seed=0, options={"target": target})
             row[target] = env.evaluate(body)["auc"]
         table[name] = row
-        print(f"{name:>20}: " + " ".join(f"{row[t]:.3f}" for t in dc.TARGETS)
-              + f"  mean {statistics.mean(row.values()):.3f}", flush=True)
+        print(
+            f"{name:>20}: "
+            + " ".join(f"{row[t]:.3f}" for t in dc.TARGETS)
+            + f"  mean {statistics.mean(row.values()):.3f}",
+            flush=True,
+        )
     return table
 
 
 def overhead(repeats: int) -> dict:
-    programs = {"fails at once": "model = (",
-                "logistic regression": dc.GOOD["logistic_regression"]}
+    programs = {"fails at once": "model = (", "logistic regression": dc.GOOD["logistic_regression"]}
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        boxes = {mode: envs.make("datasci_coding", sandbox=mode)
-                 for mode in ("bwrap", "subprocess")}
+        boxes = {
+            mode: envs.make("datasci_coding", sandbox=mode) for mode in ("bwrap", "subprocess")
+        }
     for label, program in programs.items():
         for mode, env in boxes.items():
             times = []
@@ -73,14 +85,18 @@ def overhead(repeats: int) -> dict:
                 times.append(time.perf_counter() - start)
             out[f"{label} / {mode}"] = statistics.median(times)
         wrapped, plain = out[f"{label} / bwrap"], out[f"{label} / subprocess"]
-        print(f"{label:>20}: bwrap {wrapped:.3f} s, subprocess {plain:.3f} s, "
-              f"bwrap overhead {(wrapped - plain) * 1000:+.0f} ms", flush=True)
+        print(
+            f"{label:>20}: bwrap {wrapped:.3f} s, subprocess {plain:.3f} s, "
+            f"bwrap overhead {(wrapped - plain) * 1000:+.0f} ms",
+            flush=True,
+        )
     return out
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--templates", action="store_true", help="also score every runnable template")

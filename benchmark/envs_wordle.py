@@ -6,6 +6,7 @@ Episode i is reset with seed i; the policy's seed is 0. "env.step alone" times `
 (the data policy's actions replayed, caches cleared first); "policy+env steps/s" times whole
 episodes, policy included.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,14 +37,20 @@ def play(mode: str, episodes: int, vocab_size: int, adversarial: bool) -> dict:
     elapsed = time.perf_counter() - start
     mean = sum(returns) / episodes
     var = sum((x - mean) ** 2 for x in returns) / max(episodes - 1, 1)
-    return {"mean": mean, "se": math.sqrt(var / episodes), "success": wins / episodes,
-            "turns": steps / episodes, "rate": steps / elapsed}
+    return {
+        "mean": mean,
+        "se": math.sqrt(var / episodes),
+        "success": wins / episodes,
+        "turns": steps / episodes,
+        "rate": steps / elapsed,
+    }
 
 
 def env_only_rate(episodes: int, vocab_size: int, adversarial: bool) -> float:
     """Steps per second of env.step alone, replaying recorded data-policy actions."""
-    trajs = envs.collect_scripted("wordle", episodes, seed=0, vocab_size=vocab_size,
-                                  adversarial=adversarial)
+    trajs = envs.collect_scripted(
+        "wordle", episodes, seed=0, vocab_size=vocab_size, adversarial=adversarial
+    )
     env = envs.make("wordle", vocab_size=vocab_size, adversarial=adversarial)
     wordle.score.cache_clear()  # time a cold env: no feedback or candidate set cached yet
     wordle.candidates.cache_clear()
@@ -57,13 +64,16 @@ def env_only_rate(episodes: int, vocab_size: int, adversarial: bool) -> float:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--episodes", type=int, default=5000)
     p.add_argument("--vocab-sizes", type=int, nargs="+", default=[200, 400, 800])
     args = p.parse_args(argv)
-    print("| vocab_size | game | policy | mean return (± s.e.) | success | guesses "
-          "| policy+env steps/s |")
+    print(
+        "| vocab_size | game | policy | mean return (± s.e.) | success | guesses "
+        "| policy+env steps/s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for vocab_size in args.vocab_sizes:
         for adversarial in (False, True):
@@ -73,13 +83,18 @@ def main(argv=None):
             game = "adversarial" if adversarial else "fixed secret"
             for mode in modes:
                 s = play(mode, args.episodes, vocab_size, adversarial)
-                print(f"| {vocab_size} | {game} | {mode} | {s['mean']:.2f} ± {s['se']:.2f} | "
-                      f"{s['success']:.3f} | {s['turns']:.2f} | {s['rate']:,.0f} |", flush=True)
+                print(
+                    f"| {vocab_size} | {game} | {mode} | {s['mean']:.2f} ± {s['se']:.2f} | "
+                    f"{s['success']:.3f} | {s['turns']:.2f} | {s['rate']:,.0f} |",
+                    flush=True,
+                )
     for vocab_size in args.vocab_sizes:
         for adversarial in (False, True):
             rate = env_only_rate(min(args.episodes, 2000), vocab_size, adversarial)
-            print(f"env.step alone, vocab_size={vocab_size}, adversarial={adversarial}: "
-                  f"{rate:,.0f} steps/s")
+            print(
+                f"env.step alone, vocab_size={vocab_size}, adversarial={adversarial}: "
+                f"{rate:,.0f} steps/s"
+            )
 
 
 if __name__ == "__main__":

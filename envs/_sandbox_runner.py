@@ -20,6 +20,7 @@ The parent trusts nothing of this output beyond "here are some scores": it compu
 against held-out labels that never enter the sandbox, so a program that prints or writes a fake
 result can at most claim scores, which are then graded like any others.
 """
+
 import json
 import linecache
 import os
@@ -35,11 +36,13 @@ _RESERVE = bytearray(16 << 20)  # freed on failure so a memory bomb still gets i
 def set_limits(limits: dict) -> None:
     """Lower soft and hard limits together (so the program cannot raise them again)."""
     cpu = int(limits["cpu_s"])
-    pairs = [(resource.RLIMIT_CPU, (cpu, cpu + 2)),
-             (resource.RLIMIT_AS, (int(limits["memory_mb"]) << 20,) * 2),
-             (resource.RLIMIT_NPROC, (int(limits["nproc"]),) * 2),
-             (resource.RLIMIT_FSIZE, (int(limits["fsize_mb"]) << 20,) * 2),
-             (resource.RLIMIT_CORE, (0, 0))]
+    pairs = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 2)),
+        (resource.RLIMIT_AS, (int(limits["memory_mb"]) << 20,) * 2),
+        (resource.RLIMIT_NPROC, (int(limits["nproc"]),) * 2),
+        (resource.RLIMIT_FSIZE, (int(limits["fsize_mb"]) << 20,) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
     for which, (soft, hard) in pairs:
         old_soft, old_hard = resource.getrlimit(which)
         if old_hard != resource.RLIM_INFINITY:
@@ -51,14 +54,42 @@ def set_limits(limits: dict) -> None:
 # syscall numbers: x86-64 (AUDIT_ARCH 0xC000003E) and aarch64 (0xC00000B7)
 _ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _NR = {
-    "x86_64": dict(fork=57, vfork=58, clone=56, clone3=435, kill=62, tkill=200, tgkill=234,
-                   rt_sigqueueinfo=129, rt_tgsigqueueinfo=297, pidfd_send_signal=424, socket=41,
-                   ptrace=101, process_vm_readv=310, process_vm_writev=311, unshare=272, setns=308,
-                   io_uring_setup=425),
-    "aarch64": dict(clone=220, clone3=435, kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138,
-                    rt_tgsigqueueinfo=240, pidfd_send_signal=424, socket=198, ptrace=117,
-                    process_vm_readv=270, process_vm_writev=271, unshare=97, setns=268,
-                    io_uring_setup=425),
+    "x86_64": dict(
+        fork=57,
+        vfork=58,
+        clone=56,
+        clone3=435,
+        kill=62,
+        tkill=200,
+        tgkill=234,
+        rt_sigqueueinfo=129,
+        rt_tgsigqueueinfo=297,
+        pidfd_send_signal=424,
+        socket=41,
+        ptrace=101,
+        process_vm_readv=310,
+        process_vm_writev=311,
+        unshare=272,
+        setns=308,
+        io_uring_setup=425,
+    ),
+    "aarch64": dict(
+        clone=220,
+        clone3=435,
+        kill=129,
+        tkill=130,
+        tgkill=131,
+        rt_sigqueueinfo=138,
+        rt_tgsigqueueinfo=240,
+        pidfd_send_signal=424,
+        socket=198,
+        ptrace=117,
+        process_vm_readv=270,
+        process_vm_writev=271,
+        unshare=97,
+        setns=268,
+        io_uring_setup=425,
+    ),
 }
 _ALLOW, _ERRNO, _EPERM, _ENOSYS = 0x7FFF0000, 0x00050000, 1, 38
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -69,13 +100,17 @@ def _filter(arch: str, pid: int) -> list:
     """The BPF program as (code, jt, jf, k) tuples; every block after a syscall match returns."""
     deny = [(_RET, 0, 0, _ERRNO | _EPERM)]
 
-    def arg0_is(value):   # allow when the first argument (low 32 bits) equals value
+    def arg0_is(value):  # allow when the first argument (low 32 bits) equals value
         return [(_LD_W_ABS, 0, 0, 16), (_JEQ, 0, 1, value), (_RET, 0, 0, _ALLOW)] + deny
 
     thread_only = [(_LD_W_ABS, 0, 0, 16), (_JSET, 0, 1, _CLONE_THREAD), (_RET, 0, 0, _ALLOW)]
-    blocks = {"clone": thread_only + deny,
-              "clone3": [(_RET, 0, 0, _ERRNO | _ENOSYS)],  # glibc then falls back to clone
-              "kill": arg0_is(pid), "tgkill": arg0_is(pid), "socket": arg0_is(_AF_UNIX)}
+    blocks = {
+        "clone": thread_only + deny,
+        "clone3": [(_RET, 0, 0, _ERRNO | _ENOSYS)],  # glibc then falls back to clone
+        "kill": arg0_is(pid),
+        "tgkill": arg0_is(pid),
+        "socket": arg0_is(_AF_UNIX),
+    }
     prog = [(_LD_W_ABS, 0, 0, 4), (_JEQ, 1, 0, _ARCH[arch])] + deny
     prog += [(_LD_W_ABS, 0, 0, 0), (_JGE, 0, 1, 0x40000000)] + deny  # x32 system calls
     for name, nr in _NR[arch].items():
@@ -94,8 +129,12 @@ def install_seccomp() -> str:
         return f"seccomp filter not available on {sys.platform}/{arch}"
 
     class SockFilter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
-                    ("k", ctypes.c_uint)]
+        _fields_ = [
+            ("code", ctypes.c_ushort),
+            ("jt", ctypes.c_ubyte),
+            ("jf", ctypes.c_ubyte),
+            ("k", ctypes.c_uint),
+        ]
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
@@ -146,8 +185,10 @@ def run(config: dict, state: dict) -> list:
     import numpy as np
 
     with np.load(config["data"], allow_pickle=False) as data:
-        splits = [(data[f"x_train_{i}"], data[f"y_train_{i}"], data[f"x_test_{i}"])
-                  for i in range(int(config["n_splits"]))]
+        splits = [
+            (data[f"x_train_{i}"], data[f"y_train_{i}"], data[f"x_test_{i}"])
+            for i in range(int(config["n_splits"]))
+        ]
     namespace = {"__name__": "program", "__builtins__": __builtins__}
     exec(code, namespace)
     if not callable(namespace.get("build_model")):
@@ -161,8 +202,10 @@ def run(config: dict, state: dict) -> list:
             os._exit(0)
         proba = np.asarray(model.predict_proba(x_test.copy()), dtype=np.float64)
         if proba.shape != (len(x_test), int(config["n_classes"])):
-            raise ValueError(f"predict_proba returned shape {proba.shape}, expected "
-                             f"({len(x_test)}, {config['n_classes']}) (one column per class)")
+            raise ValueError(
+                f"predict_proba returned shape {proba.shape}, expected "
+                f"({len(x_test)}, {config['n_classes']}) (one column per class)"
+            )
         out.append(proba.tolist())
     return out
 
@@ -190,7 +233,7 @@ def main() -> None:
     result["program"] = state["program"]
     payload = memoryview((json.dumps(result) + "\n").encode())
     while payload:
-        payload = payload[os.write(result_fd, payload):]
+        payload = payload[os.write(result_fd, payload) :]
     os._exit(0)
 
 

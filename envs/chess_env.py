@@ -56,6 +56,7 @@ by ``env.close()``, when the env is garbage-collected and at interpreter exit, a
 if it dies (a second failure in a row raises RuntimeError). Install: ``apt-get install stockfish``
 (Debian/Ubuntu; the binary goes to /usr/games) or pass ``stockfish_path=``.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -70,21 +71,38 @@ import weakref
 import chess
 import chess.engine
 
-INSTALL_HINT = ("install it with `sudo apt-get install stockfish` (Debian/Ubuntu; the binary goes "
-                "to /usr/games/stockfish) or pass stockfish_path='/path/to/stockfish'; or use a "
-                "built-in opponent: opponent='random' or opponent='greedy'")
+INSTALL_HINT = (
+    "install it with `sudo apt-get install stockfish` (Debian/Ubuntu; the binary goes "
+    "to /usr/games/stockfish) or pass stockfish_path='/path/to/stockfish'; or use a "
+    "built-in opponent: opponent='random' or opponent='greedy'"
+)
 SEARCH_DIRS = ["/usr/games", "/usr/local/games", "/usr/local/bin", "/opt/homebrew/bin"]
-PIECE_VALUES = {chess.PAWN: 1, chess.KNIGHT: 3, chess.BISHOP: 3, chess.ROOK: 5, chess.QUEEN: 9,
-                chess.KING: 0}
+PIECE_VALUES = {
+    chess.PAWN: 1,
+    chess.KNIGHT: 3,
+    chess.BISHOP: 3,
+    chess.ROOK: 5,
+    chess.QUEEN: 9,
+    chess.KING: 0,
+}
 OPPONENTS = ("stockfish", "random", "greedy")
-MODES = ("suboptimal", "random", "greedy", "heuristic",
-         "stockfish_1350", "stockfish_1800", "stockfish_2400", "stockfish")
+MODES = (
+    "suboptimal",
+    "random",
+    "greedy",
+    "heuristic",
+    "stockfish_1350",
+    "stockfish_1800",
+    "stockfish_2400",
+    "stockfish",
+)
 DEFAULT_NODES = 2_000  # the opponent's node budget (an Elo-1350 Stockfish decides at depth 1)
 POLICY_NODES = 20_000  # the Stockfish agents' node budget (they search deeper)
 _MAX_ACTION_CHARS = 16  # the longest SAN (disambiguated, promotion, check mark) has 8 characters
 
 
 # ----------------------------------------------------------------------------------- text format
+
 
 def spaced(text: str) -> str:
     """The reference's text format: every character separated by one space."""
@@ -114,6 +132,7 @@ def parse_move(board: chess.Board, action) -> chess.Move | None:
 
 
 # -------------------------------------------------------------------------------- the engine
+
 
 def find_stockfish(path: str | None = None) -> str | None:
     """The Stockfish binary: ``path`` if given (a file, or a program name looked up like below;
@@ -202,8 +221,12 @@ class Engine:
                 if self._engine is None:
                     self._start()
                 start = time.perf_counter()
-                result = self._engine.play(board, chess.engine.Limit(nodes=self.nodes), game=game,
-                                           info=chess.engine.INFO_SCORE)
+                result = self._engine.play(
+                    board,
+                    chess.engine.Limit(nodes=self.nodes),
+                    game=game,
+                    info=chess.engine.INFO_SCORE,
+                )
                 self.seconds += time.perf_counter() - start
                 self.calls += 1
                 if result.move is None or not board.is_legal(result.move):
@@ -215,9 +238,11 @@ class Engine:
                 last = err
                 self.close()
                 self.failures += 1
-        raise RuntimeError(f"Stockfish ({self.path}) failed twice in a row (restarted once): "
-                           f"{last!r}. Check that the binary runs (`{self.path}`, then `uci`), "
-                           f"or {INSTALL_HINT}")
+        raise RuntimeError(
+            f"Stockfish ({self.path}) failed twice in a row (restarted once): "
+            f"{last!r}. Check that the binary runs (`{self.path}`, then `uci`), "
+            f"or {INSTALL_HINT}"
+        )
 
     def close(self) -> None:
         """Quit the process (kill it if it does not quit); safe to call twice."""
@@ -233,6 +258,7 @@ class Engine:
 
 
 # -------------------------------------------------------------------------- built-in players
+
 
 def random_move(board: chess.Board, rng: random.Random) -> chess.Move:
     """A uniformly random legal move."""
@@ -292,8 +318,16 @@ def king_region(board: chess.Board, color: chess.Color) -> int:
 
 def position_key(board: chess.Board) -> tuple:
     """A cheap key of the piece placement and side to move (for counting repeated positions)."""
-    return (board.pawns, board.knights, board.bishops, board.rooks, board.queens, board.kings,
-            board.occupied_co[chess.WHITE], board.turn)
+    return (
+        board.pawns,
+        board.knights,
+        board.bishops,
+        board.rooks,
+        board.queens,
+        board.kings,
+        board.occupied_co[chess.WHITE],
+        board.turn,
+    )
 
 
 def _heuristic_score(board: chess.Board, move: chess.Move, seen: dict | None) -> float:
@@ -308,8 +342,9 @@ def _heuristic_score(board: chess.Board, move: chess.Move, seen: dict | None) ->
         hanging = max(captured_value(board, m) for m in replies)
         region = king_region(board, chess.BLACK)
         distance = chess.square_distance(board.king(chess.WHITE), board.king(chess.BLACK))
-        return (-1000.0 * hanging - 10.0 * region - 3.0 * len(replies) - 2.0 * distance
-                - 50.0 * repeats)
+        return (
+            -1000.0 * hanging - 10.0 * region - 3.0 * len(replies) - 2.0 * distance - 50.0 * repeats
+        )
     finally:
         board.pop()
 
@@ -338,6 +373,7 @@ def illegal_san(board: chess.Board, rng: random.Random) -> str:
 
 # ------------------------------------------------------------------------------ positions
 
+
 def random_position(pieces: str, rng: random.Random) -> str:
     """A random legal position (FEN) with exactly ``pieces`` (FEN letters: lower case black, upper
     case white; one king each), White to move and not in check, no castling or en passant."""
@@ -357,8 +393,9 @@ def check_pieces(pieces: str) -> str:
     if not isinstance(pieces, str) or set(pieces) - set("kqrbnpKQRBNP"):
         raise ValueError(f"pieces must be FEN piece letters like 'kQK' or 'kRK', got {pieces!r}")
     if pieces.count("k") != 1 or pieces.count("K") != 1 or len(pieces) > 32:
-        raise ValueError("pieces needs exactly one 'k' and one 'K' (at most 32 pieces), "
-                         f"got {pieces!r}")
+        raise ValueError(
+            f"pieces needs exactly one 'k' and one 'K' (at most 32 pieces), got {pieces!r}"
+        )
     return pieces
 
 
@@ -390,11 +427,20 @@ def start_board(fen: str) -> chess.Board:
 
 # ------------------------------------------------------------------------------------ the env
 
+
 class ChessEnv:
     """The agent (White) against ``opponent``; the module docstring gives text, rewards, ends."""
 
-    def __init__(self, name: str, targets: list[str], pieces: str | None, opponent: str,
-                 max_moves: int, max_illegal: int, engine: Engine | None):
+    def __init__(
+        self,
+        name: str,
+        targets: list[str],
+        pieces: str | None,
+        opponent: str,
+        max_moves: int,
+        max_illegal: int,
+        engine: Engine | None,
+    ):
         self.name, self.targets, self.pieces = name, list(targets), pieces
         self.opponent, self.max_moves, self.max_illegal = opponent, max_moves, max_illegal
         self.engine = engine
@@ -421,15 +467,18 @@ class ChessEnv:
         options = dict(options or {})
         unknown = set(options) - {"target", "fen"}
         if unknown:
-            raise ValueError(f"{self.name}: unknown reset option(s) {sorted(unknown)}; "
-                             "valid: ['fen', 'target']")
+            raise ValueError(
+                f"{self.name}: unknown reset option(s) {sorted(unknown)}; valid: ['fen', 'target']"
+            )
         target, fen = options.get("target"), options.get("fen")
         if target is not None and fen is not None:
             raise ValueError(f"{self.name}: give reset option 'target' or 'fen', not both")
         if target is not None and target not in self._target_set:
-            raise ValueError(f"{self.name}: unknown target {target!r}; valid targets: "
-                             f"{self.targets[:3]}{' ...' if len(self.targets) > 3 else ''}"
-                             f" ({len(self.targets)} FENs in env.targets)")
+            raise ValueError(
+                f"{self.name}: unknown target {target!r}; valid targets: "
+                f"{self.targets[:3]}{' ...' if len(self.targets) > 3 else ''}"
+                f" ({len(self.targets)} FENs in env.targets)"
+            )
         start = target or fen or self._draw_start()
         self.board = start_board(start)
         self.target, self.done = start, False
@@ -446,9 +495,17 @@ class ChessEnv:
 
     def _info(self, won: bool, **extra) -> dict:
         result = self.board.result() if self.board.is_game_over() else "*"
-        info = {"target": self.target, "won": won, "moves": self.moves,
-                "illegal_streak": self.illegal_streak, "result": result, "illegal": False,
-                "move": None, "opponent_move": None, "engine_score": None}
+        info = {
+            "target": self.target,
+            "won": won,
+            "moves": self.moves,
+            "illegal_streak": self.illegal_streak,
+            "result": result,
+            "illegal": False,
+            "move": None,
+            "opponent_move": None,
+            "engine_score": None,
+        }
         info.update(extra)
         return info
 
@@ -463,8 +520,9 @@ class ChessEnv:
         truncated, info); info adds "illegal", "move" / "opponent_move" (SAN), "result", "moves",
         "illegal_streak" and "engine_score" (Stockfish's centipawns for White, or None)."""
         if self.done:
-            raise RuntimeError(f"{self.name}: step() called on a finished episode; "
-                               "call reset() first")
+            raise RuntimeError(
+                f"{self.name}: step() called on a finished episode; call reset() first"
+            )
         self.moves += 1
         move = parse_move(self.board, action)
         if move is None:
@@ -496,14 +554,33 @@ class ChessEnv:
             self.engine.close()
 
 
-_ENV_OPTIONS = ("variant", "opponent", "pieces", "elo", "nodes", "stockfish_path", "max_moves",
-                "max_illegal", "targets", "n_targets")
+_ENV_OPTIONS = (
+    "variant",
+    "opponent",
+    "pieces",
+    "elo",
+    "nodes",
+    "stockfish_path",
+    "max_moves",
+    "max_illegal",
+    "targets",
+    "n_targets",
+)
 
 
-def make(variant: str = "chess", opponent: str | None = None, pieces: str | None = None,
-         elo: int | None = 1200, nodes: int = DEFAULT_NODES, stockfish_path: str | None = None,
-         max_moves: int | None = None, max_illegal: int = 5, targets: list[str] | None = None,
-         n_targets: int = 100, **unknown) -> ChessEnv:
+def make(
+    variant: str = "chess",
+    opponent: str | None = None,
+    pieces: str | None = None,
+    elo: int | None = 1200,
+    nodes: int = DEFAULT_NODES,
+    stockfish_path: str | None = None,
+    max_moves: int | None = None,
+    max_illegal: int = 5,
+    targets: list[str] | None = None,
+    n_targets: int = 100,
+    **unknown,
+) -> ChessEnv:
     """Build ``chess`` (``variant="chess"``) or ``chess_endgame`` (``variant="endgame"``).
 
     opponent: "stockfish" (default for chess; fails with install instructions when the binary is
@@ -514,8 +591,9 @@ def make(variant: str = "chess", opponent: str | None = None, pieces: str | None
     end the episode (5). targets: starting FENs for evaluation (chess: the start position;
     endgame: ``n_targets`` fixed random positions)."""
     if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for chess; valid options: "
-                         f"{sorted(_ENV_OPTIONS)}")
+        raise ValueError(
+            f"unknown option(s) {sorted(unknown)} for chess; valid options: {sorted(_ENV_OPTIONS)}"
+        )
     if variant not in ("chess", "endgame"):
         raise ValueError(f"variant must be 'chess' or 'endgame', got {variant!r}")
     endgame = variant == "endgame"
@@ -543,6 +621,7 @@ def make(variant: str = "chess", opponent: str | None = None, pieces: str | None
 
 # -------------------------------------------------------------------------- scripted policies
 
+
 class ChessPolicy:
     """A scripted White player on observations (spaced FENs); returns a spaced SAN move.
 
@@ -554,9 +633,15 @@ class ChessPolicy:
     Stockfish limited to that Elo (the Q-SFT data: Stockfish at several strengths as the agent);
     "stockfish": full strength. The Stockfish modes search ``nodes`` (20,000) nodes a move."""
 
-    def __init__(self, seed: int = 0, mode: str = MODES[0], p_illegal: float = 0.05,
-                 p_heuristic: float = 0.7, nodes: int = POLICY_NODES,
-                 stockfish_path: str | None = None):
+    def __init__(
+        self,
+        seed: int = 0,
+        mode: str = MODES[0],
+        p_illegal: float = 0.05,
+        p_heuristic: float = 0.7,
+        nodes: int = POLICY_NODES,
+        stockfish_path: str | None = None,
+    ):
         self.mode, self.rng = mode, random.Random(seed)
         self.p_illegal, self.p_heuristic = p_illegal, p_heuristic
         self.engine, self.seen = None, {}
@@ -603,7 +688,7 @@ class ChessPolicy:
 
 def _mode_elo(mode: str) -> int:
     try:
-        return int(mode[len("stockfish_"):])
+        return int(mode[len("stockfish_") :])
     except ValueError:
         raise ValueError(f"mode {mode!r}: expected stockfish_<elo>, e.g. stockfish_1800") from None
 
@@ -611,8 +696,11 @@ def _mode_elo(mode: str) -> int:
 def scripted_policy(seed: int = 0, mode: str = MODES[0], **options) -> ChessPolicy:
     """A scripted player (see ``ChessPolicy``). Env options are accepted and ignored, except
     ``nodes`` and ``stockfish_path`` which the Stockfish modes use."""
-    own = {k: options.pop(k) for k in ("p_illegal", "p_heuristic", "nodes", "stockfish_path")
-           if k in options}
+    own = {
+        k: options.pop(k)
+        for k in ("p_illegal", "p_heuristic", "nodes", "stockfish_path")
+        if k in options
+    }
     unknown = set(options) - set(_ENV_OPTIONS)
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)} for the chess scripted policy")
@@ -620,6 +708,7 @@ def scripted_policy(seed: int = 0, mode: str = MODES[0], **options) -> ChessPoli
 
 
 # ---------------------------------------------------------------------------------- corpus
+
 
 def _episode_text(env: ChessEnv, policy: ChessPolicy, seed: int) -> str:
     obs, _ = env.reset(seed=seed)
@@ -638,13 +727,20 @@ def corpus(n: int, seed: int = 0) -> list[str]:
     5% illegal ones, the heuristic being slow on full boards) and kQK / kRK endgames (the
     suboptimal policy), at most 300 of them (a few seconds), then single lines (spaced FENs and
     moves) drawn from those games. No engine needed."""
-    envs_ = [make("chess", opponent="greedy", max_moves=30),
-             make("endgame", pieces="kQK"), make("endgame", pieces="kRK")]
-    policies = [ChessPolicy(seed=seed, mode="suboptimal", p_heuristic=0.0),
-                ChessPolicy(seed=seed, mode="suboptimal")]
+    envs_ = [
+        make("chess", opponent="greedy", max_moves=30),
+        make("endgame", pieces="kQK"),
+        make("endgame", pieces="kRK"),
+    ]
+    policies = [
+        ChessPolicy(seed=seed, mode="suboptimal", p_heuristic=0.0),
+        ChessPolicy(seed=seed, mode="suboptimal"),
+    ]
     rng = random.Random(seed)
-    episodes = [_episode_text(envs_[i % 3], policies[i % 3 > 0], seed * 100_003 + i)
-                for i in range(min((n + 1) // 2, 300))]
+    episodes = [
+        _episode_text(envs_[i % 3], policies[i % 3 > 0], seed * 100_003 + i)
+        for i in range(min((n + 1) // 2, 300))
+    ]
     lines = [line for text in episodes for line in text.splitlines()]
     extra = [rng.choice(lines) for _ in range(n - len(episodes))] if lines else []
     return (episodes + extra)[:n]

@@ -9,11 +9,13 @@ file supplies the environment.
 Observation: ``"Questions:\\n"`` followed by one line ``"<question> <answer>\\n"`` per turn so far.
 
 Deliberate choices (documented in the README):
-- hitting the 20-question cap is a *terminal* state (``terminated=True``), not a truncation: the number
-  of questions asked is part of the state in these games (docs/equations.md §1: "turn limit is terminal").
+- hitting the 20-question cap is a *terminal* state (``terminated=True``), not a truncation: the
+  number of questions asked is part of the state in these games (docs/equations.md §1: "turn limit
+  is terminal").
 - the action is stripped and cut at its first newline; an empty action is answered like any
   question the oracle cannot parse and costs a turn.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,8 +29,9 @@ HEADER = "Questions:\n"
 
 @functools.lru_cache(maxsize=1 << 16)
 def normalize(text: str) -> str:
-    """Lower-case, strip accents, split glued words at a lower-to-upper case change ("dogIs" -> "dog is",
-    as in utterances a model glues together), turn every non-alphanumeric run into one space."""
+    """Lower-case, strip accents, split glued words at a lower-to-upper case change ("dogIs" -> "dog
+    is", as in utterances a model glues together), turn every non-alphanumeric run into one
+    space."""
     text = re.sub(r"([a-z])([A-Z])", r"\1 \2", text)
     text = unicodedata.normalize("NFKD", text)
     text = "".join(ch for ch in text if not unicodedata.combining(ch))
@@ -53,14 +56,14 @@ def _phrase_regex(p: str):
 
 def parse_history(obs: str) -> list[str]:
     """The dialogue lines of an observation (everything after the header), without newlines."""
-    body = obs[len(HEADER):] if obs.startswith(HEADER) else obs
+    body = obs[len(HEADER) :] if obs.startswith(HEADER) else obs
     return [line for line in body.split("\n") if line]
 
 
 def reset_target(name: str, options: dict | None, targets: list[str], valid: str | None = None):
-    """The target a ``reset(options=...)`` asks for (None if none), after checking that "target" is the only
-    option and that it is one of ``targets``; the errors name the env and the valid choices (``valid``
-    describes them where the list is too long to print)."""
+    """The target a ``reset(options=...)`` asks for (None if none), after checking that "target" is
+    the only option and that it is one of ``targets``; the errors name the env and the valid choices
+    (``valid`` describes them where the list is too long to print)."""
     options = dict(options or {})
     unknown = set(options) - {"target"}
     if unknown:
@@ -74,8 +77,14 @@ def reset_target(name: str, options: dict | None, targets: list[str], valid: str
 class QuestionGame:
     """A Gymnasium-style environment on strings (reset/step), one hidden target per episode."""
 
-    def __init__(self, name: str, targets: list[str], answer: Callable[[str, str], str],
-                 is_correct_guess: Callable[[str, str], bool], max_turns: int = 20):
+    def __init__(
+        self,
+        name: str,
+        targets: list[str],
+        answer: Callable[[str, str], str],
+        is_correct_guess: Callable[[str, str], bool],
+        max_turns: int = 20,
+    ):
         if not targets:
             raise ValueError(f"{name}: the target list is empty")
         if max_turns < 1:
@@ -99,7 +108,9 @@ class QuestionGame:
     def step(self, action: str):
         """Ask one question. Returns (obs, reward, terminated, truncated, info)."""
         if self.done:
-            raise RuntimeError(f"{self.name}: step() called on a finished episode; call reset() first")
+            raise RuntimeError(
+                f"{self.name}: step() called on a finished episode; call reset() first"
+            )
         question = action.split("\n", 1)[0].strip()
         won = bool(question) and self.is_correct_guess(self.target, question)
         reply = self.answer_fn(self.target, question)
@@ -114,9 +125,9 @@ class QuestionGame:
 class VecEnv:
     """Steps a list of envs together for batched rollouts.
 
-    ``reset(seed)`` resets every env (env i gets seed ``seed + i``); ``step(actions)`` takes one action
-    per env and steps only the envs still running: a finished env keeps its last observation and
-    returns reward 0 and done. ``active`` lists which envs are still running."""
+    ``reset(seed)`` resets every env (env i gets seed ``seed + i``); ``step(actions)`` takes one
+    action per env and steps only the envs still running: a finished env keeps its last observation
+    and returns reward 0 and done. ``active`` lists which envs are still running."""
 
     def __init__(self, envs: list):
         if not envs:

@@ -32,6 +32,7 @@ Datasets (``targets``): tabular classification sets shipped inside scikit-learn 
 synthetic ones (``make_classification``); nothing is downloaded. The docs (docs/envs.md,
 DataSciCoding) say where we follow the reference and where we differ.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,13 +56,13 @@ import numpy as np
 from .core import reset_target
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_runner.py")
-PENALTY = -1.0          # the reference's constant reward for a program that fails
-N_SPLITS = 5            # 5 random 50/50 splits, as the reference (and CAAFE) evaluate
+PENALTY = -1.0  # the reference's constant reward for a program that fails
+N_SPLITS = 5  # 5 random 50/50 splits, as the reference (and CAAFE) evaluate
 SIGNATURE = "def build_model(x_train: np.ndarray, y_train: np.ndarray):"
 # The reference refuses two kinds of model outright (they were too slow for it); we keep the rule.
 BANNED = (("GridSearchCV(", "do not use GridSearchCV."), ("SVC(", "do not use SVM."))
 _OPTIONS = {"targets", "max_attempts", "timeout_s", "cpu_s", "memory_mb", "sandbox", "show_name"}
-MAX_CODE_CHARS = 4000   # the failed code shown back to the agent is cut to this many characters
+MAX_CODE_CHARS = 4000  # the failed code shown back to the agent is cut to this many characters
 
 
 # --- datasets ------------------------------------------------------------------------------------
@@ -83,22 +84,44 @@ def _load(target: str):
         return d.data, (d.target == 1).astype(int)
     make_classification = sk.make_classification
     if target == "synthetic_linear":
-        return make_classification(800, 20, n_informative=5, n_redundant=5, flip_y=0.05,
-                                   class_sep=0.8, random_state=1729)
+        return make_classification(
+            800, 20, n_informative=5, n_redundant=5, flip_y=0.05, class_sep=0.8, random_state=1729
+        )
     if target == "synthetic_clusters":
-        return make_classification(800, 10, n_informative=6, n_redundant=0,
-                                   n_clusters_per_class=4, class_sep=1.5, flip_y=0.02,
-                                   random_state=1730)
+        return make_classification(
+            800,
+            10,
+            n_informative=6,
+            n_redundant=0,
+            n_clusters_per_class=4,
+            class_sep=1.5,
+            flip_y=0.02,
+            random_state=1730,
+        )
     if target == "synthetic_imbalanced":
-        return make_classification(800, 15, n_informative=4, n_redundant=2, weights=[0.9],
-                                   flip_y=0.02, class_sep=0.7, random_state=1731)
+        return make_classification(
+            800,
+            15,
+            n_informative=4,
+            n_redundant=2,
+            weights=[0.9],
+            flip_y=0.02,
+            class_sep=0.7,
+            random_state=1731,
+        )
     raise ValueError(f"unknown target {target!r}; valid targets: {TARGETS}")
 
 
 # name -> title in the prompt's header ("Classification with a <title> Prediction Dataset")
-TITLES = {"breast_cancer": "Breast Cancer", "wine": "Wine", "digits_odd": "Digits",
-          "iris_versicolor": "Iris", "synthetic_linear": "Synthetic",
-          "synthetic_clusters": "Synthetic", "synthetic_imbalanced": "Synthetic"}
+TITLES = {
+    "breast_cancer": "Breast Cancer",
+    "wine": "Wine",
+    "digits_odd": "Digits",
+    "iris_versicolor": "Iris",
+    "synthetic_linear": "Synthetic",
+    "synthetic_clusters": "Synthetic",
+    "synthetic_imbalanced": "Synthetic",
+}
 TARGETS = list(TITLES)
 
 
@@ -109,10 +132,16 @@ def dataset(target: str) -> dict:
 
     x, y = _load(target)
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.int64)
-    splits = [train_test_split(x, y, test_size=0.5, random_state=i, shuffle=True)
-              for i in range(N_SPLITS)]
-    return {"x": x, "y": y, "n_classes": int(y.max()) + 1, "splits": splits,
-            "train_shape": tuple(splits[0][0].shape)}
+    splits = [
+        train_test_split(x, y, test_size=0.5, random_state=i, shuffle=True) for i in range(N_SPLITS)
+    ]
+    return {
+        "x": x,
+        "y": y,
+        "n_classes": int(y.max()) + 1,
+        "splits": splits,
+        "train_shape": tuple(splits[0][0].shape),
+    }
 
 
 # --- turning an action into a program ------------------------------------------------------------
@@ -162,7 +191,7 @@ def program_candidates(action: str) -> list[str]:
 def shown_code(program: str) -> str:
     """The part of a program shown back to the agent (without our numpy import), cut to size."""
     prefix = "import numpy as np\n\n"
-    code = (program[len(prefix):] if program.startswith(prefix) else program).rstrip()
+    code = (program[len(prefix) :] if program.startswith(prefix) else program).rstrip()
     return code if len(code) <= MAX_CODE_CHARS else code[:MAX_CODE_CHARS] + "\n    # ... (cut)"
 
 
@@ -172,8 +201,10 @@ def header(title: str) -> str:
 
 
 def doc_line(shape) -> str:
-    return (f'    """ Import modules, return a scikit model trained with x_train in shape {shape} '
-            f'and y_train."""\n')
+    return (
+        f'    """ Import modules, return a scikit model trained with x_train in shape {shape} '
+        f'and y_train."""\n'
+    )
 
 
 def prompt(title: str, shape) -> str:
@@ -184,21 +215,38 @@ def prompt(title: str, shape) -> str:
 def retry_prompt(title: str, shape, error: str, code: str) -> str:
     """The observation after a failure: the error, the failed code, the head of the fixed version
     (the reference's DS_CODE_REFLECTION_PROMPT)."""
-    return (header(title) + '""" An error was reported while executing below function:\n'
-            + error.strip() + '\nPlease fix it."""\n' + code
-            + '\n\n""" Here is the fixed version of the function."""\n'
-            + SIGNATURE + "\n" + doc_line(shape))
+    return (
+        header(title)
+        + '""" An error was reported while executing below function:\n'
+        + error.strip()
+        + '\nPlease fix it."""\n'
+        + code
+        + '\n\n""" Here is the fixed version of the function."""\n'
+        + SIGNATURE
+        + "\n"
+        + doc_line(shape)
+    )
 
 
 # --- the sandbox ---------------------------------------------------------------------------------
-_SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
-                "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "JOBLIB_MULTIPROCESSING": "0",
-                "MPLBACKEND": "Agg"}
-_SIGNALS = {signal.SIGXCPU: "the program used up its CPU time limit ({cpu_s} s)",
-            signal.SIGXFSZ: "the program wrote a file larger than its limit",
-            signal.SIGKILL: "the program was killed (SIGKILL)",
-            signal.SIGSEGV: "the program crashed (segmentation fault)"}
+_SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONHASHSEED": "0",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "JOBLIB_MULTIPROCESSING": "0",
+    "MPLBACKEND": "Agg",
+}
+_SIGNALS = {
+    signal.SIGXCPU: "the program used up its CPU time limit ({cpu_s} s)",
+    signal.SIGXFSZ: "the program wrote a file larger than its limit",
+    signal.SIGKILL: "the program was killed (SIGKILL)",
+    signal.SIGSEGV: "the program crashed (segmentation fault)",
+}
 _warned = False
 
 
@@ -206,10 +254,15 @@ def _mounts_for_python() -> list[str]:
     """Directories the interpreter and its packages live in (bound read-only into the sandbox)."""
     import sklearn
 
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-            os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
-            os.path.dirname(os.path.dirname(np.__file__)),
-            os.path.dirname(os.path.dirname(sklearn.__file__))}
+    dirs = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+        os.path.dirname(os.path.dirname(np.__file__)),
+        os.path.dirname(os.path.dirname(sklearn.__file__)),
+    }
     dirs |= {os.path.realpath(d) for d in dirs}
     system = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # bound anyway
     covered = {d for d in dirs if d == "/" or any(d == s or d.startswith(s + "/") for s in system)}
@@ -226,8 +279,9 @@ def _bwrap_path() -> str | None:
 @functools.lru_cache(maxsize=1)
 def _bwrap_features() -> frozenset:
     try:
-        out = subprocess.run([_bwrap_path() or "bwrap", "--help"], capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(
+            [_bwrap_path() or "bwrap", "--help"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return frozenset()
     return frozenset(f for f in ("--size", "--disable-userns") if f in out.stdout + out.stderr)
@@ -238,8 +292,19 @@ def bwrap_command(binds: list[tuple[str, str]], workdir_mb: int = 64) -> list[st
     destination) read-only, a tmpfs at /sandbox as the only writable place, fresh namespaces."""
     import sklearn
 
-    args = [_bwrap_path() or "bwrap", "--unshare-all", "--unshare-user", "--uid", "65534",
-            "--gid", "65534", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args = [
+        _bwrap_path() or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+    ]
     if "--disable-userns" in _bwrap_features():
         args.append("--disable-userns")
     for d in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -260,8 +325,19 @@ def bwrap_command(binds: list[tuple[str, str]], workdir_mb: int = 64) -> list[st
     args += ["--proc", "/proc", "--dev", "/dev"]
     if "--size" in _bwrap_features():
         args += ["--size", str(workdir_mb << 20)]
-    args += ["--tmpfs", "/sandbox", "--chdir", "/sandbox", "--setenv", "HOME", "/sandbox",
-             "--remount-ro", "/dev", "--remount-ro", "/"]
+    args += [
+        "--tmpfs",
+        "/sandbox",
+        "--chdir",
+        "/sandbox",
+        "--setenv",
+        "HOME",
+        "/sandbox",
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+    ]
     return args
 
 
@@ -271,8 +347,13 @@ def bwrap_status() -> tuple[bool, str]:
     if _bwrap_path() is None:
         return False, "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     try:
-        r = subprocess.run(bwrap_command([]) + [sys.executable, "-c", "import numpy"],
-                           capture_output=True, text=True, timeout=60, env=_SANDBOX_ENV)
+        r = subprocess.run(
+            bwrap_command([]) + [sys.executable, "-c", "import numpy"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_SANDBOX_ENV,
+        )
     except (OSError, subprocess.SubprocessError) as e:
         return False, f"bwrap failed to start: {e}"
     if r.returncode != 0:
@@ -294,10 +375,12 @@ def choose_sandbox(requested: str = "auto") -> str:
         raise RuntimeError(f"datasci_coding: sandbox='bwrap' but {why}")
     if not _warned:
         _warned = True
-        message = ("datasci_coding: running generated code WITHOUT file-system and "
-                   f"network-namespace isolation ({why}); only resource limits, a seccomp filter "
-                   "and a timeout apply. Install bubblewrap (apt-get install bubblewrap) and let "
-                   "it create user namespaces for the real sandbox (docs/envs.md, DataSciCoding).")
+        message = (
+            "datasci_coding: running generated code WITHOUT file-system and "
+            f"network-namespace isolation ({why}); only resource limits, a seccomp filter "
+            "and a timeout apply. Install bubblewrap (apt-get install bubblewrap) and let "
+            "it create user namespaces for the real sandbox (docs/envs.md, DataSciCoding)."
+        )
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         print(f"WARNING: {message}", file=sys.stderr)
     return "subprocess"
@@ -359,10 +442,15 @@ class Sandbox:
             with open(path, "w", encoding="utf-8", errors="replace") as f:
                 f.write(program)
         base = "/task" if inside else task
-        config = {"data": "/data.npz" if inside else data_path, "n_splits": len(seeds),
-                  "seeds": seeds, "n_classes": n_classes, "limits": self.limits,
-                  "seccomp": self.seccomp,
-                  "programs": [f"{base}/program_{i}.py" for i in range(len(programs))]}
+        config = {
+            "data": "/data.npz" if inside else data_path,
+            "n_splits": len(seeds),
+            "seeds": seeds,
+            "n_classes": n_classes,
+            "limits": self.limits,
+            "seccomp": self.seccomp,
+            "programs": [f"{base}/program_{i}.py" for i in range(len(programs))],
+        }
         with open(os.path.join(task, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f)
         if inside:
@@ -383,8 +471,16 @@ class Sandbox:
         return self._result(timed_out, code, stdout, stderr)
 
     def _wait(self, cmd, cwd, env, out, err) -> tuple[bool, int]:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            close_fds=True,
+        )
         timed_out = False
         try:
             proc.wait(timeout=self.timeout_s)
@@ -407,8 +503,11 @@ class Sandbox:
             if result["status"] == "error":
                 message = result.get("message")
                 message = message[-2000:] if isinstance(message, str) else "unknown error"
-                result = {"status": "error", "program": result.get("program", 0),
-                          "message": message}
+                result = {
+                    "status": "error",
+                    "program": result.get("program", 0),
+                    "message": message,
+                }
             return result
         sig = -code if code < 0 else code - 128 if code > 128 else 0
         if sig in _SIGNALS:
@@ -445,15 +544,24 @@ def roc_auc(y_true: np.ndarray, scores, n_classes: int) -> float:
 class DataSciCodingEnv:
     """Gymnasium-style env on strings; one dataset per episode, up to ``max_attempts`` programs."""
 
-    def __init__(self, targets=None, max_attempts: int = 5, timeout_s: float = 30.0, cpu_s=None,
-                 memory_mb: int = 2048, sandbox: str = "auto", show_name: bool = True):
+    def __init__(
+        self,
+        targets=None,
+        max_attempts: int = 5,
+        timeout_s: float = 30.0,
+        cpu_s=None,
+        memory_mb: int = 2048,
+        sandbox: str = "auto",
+        show_name: bool = True,
+    ):
         self.targets = list(targets) if targets else list(TARGETS)
         for t in self.targets:
             if t not in TITLES:
                 raise ValueError(f"datasci_coding: unknown target {t!r}; valid targets: {TARGETS}")
         if max_attempts < 1 or timeout_s <= 0 or memory_mb < 256:
-            raise ValueError("datasci_coding: need max_attempts >= 1, timeout_s > 0 and "
-                             "memory_mb >= 256")
+            raise ValueError(
+                "datasci_coding: need max_attempts >= 1, timeout_s > 0 and memory_mb >= 256"
+            )
         self.name, self.max_attempts = "datasci_coding", int(max_attempts)
         self.show_name = bool(show_name)
         self.sandbox = choose_sandbox(sandbox)
@@ -486,8 +594,9 @@ class DataSciCodingEnv:
         if target not in self._data_files:
             arrays = {}
             for i, (x_train, x_test, y_train, _) in enumerate(dataset(target)["splits"]):
-                arrays.update({f"x_train_{i}": x_train, f"y_train_{i}": y_train,
-                               f"x_test_{i}": x_test})
+                arrays.update(
+                    {f"x_train_{i}": x_train, f"y_train_{i}": y_train, f"x_test_{i}": x_test}
+                )
             path = os.path.join(self.runner.root, f"data-{target}.npz")
             np.savez(path, **arrays)
             self._data_files[target] = path
@@ -498,11 +607,16 @@ class DataSciCodingEnv:
         programs = program_candidates(action)
         for needle, message in BANNED:
             if needle in programs[0]:
-                return {"auc": None, "aucs": [], "error": f"Exception: {message}",
-                        "program": programs[0]}
+                return {
+                    "auc": None,
+                    "aucs": [],
+                    "error": f"Exception: {message}",
+                    "program": programs[0],
+                }
         data = dataset(self.target)
-        result = self.runner.run(programs, self._data_file(self.target), data["n_classes"],
-                                 self.seeds)
+        result = self.runner.run(
+            programs, self._data_file(self.target), data["n_classes"], self.seeds
+        )
         index = result.get("program", 0)
         ok_index = isinstance(index, int) and 0 <= index < len(programs)
         program = programs[index] if ok_index else programs[0]
@@ -512,8 +626,9 @@ class DataSciCodingEnv:
             scores = result.get("scores")
             if not isinstance(scores, list) or len(scores) != len(data["splits"]):
                 raise ValueError("the program returned no predictions for some splits")
-            aucs = [roc_auc(split[3], s, data["n_classes"])
-                    for split, s in zip(data["splits"], scores)]
+            aucs = [
+                roc_auc(split[3], s, data["n_classes"]) for split, s in zip(data["splits"], scores)
+            ]
         except Exception as e:  # noqa: BLE001 -- whatever came back, it is the program's failure
             error = f"{type(e).__name__}: {e}"[:2000]
             return {"auc": None, "aucs": [], "error": error, "program": program}
@@ -522,24 +637,36 @@ class DataSciCodingEnv:
     def step(self, action: str):
         """Run one program. Returns (obs, reward, terminated, truncated, info)."""
         if self.done:
-            raise RuntimeError(f"{self.name}: step() called on a finished episode; "
-                               "call reset() first")
+            raise RuntimeError(
+                f"{self.name}: step() called on a finished episode; call reset() first"
+            )
         if not isinstance(action, str):
             action = str(action)
         start = time.perf_counter()
         res = self.evaluate(action)
         self.attempt += 1
         won = res["error"] is None
-        info = {"target": self.target, "won": won, "attempt": self.attempt, "auc": res["auc"],
-                "aucs": res["aucs"], "error": res["error"], "sandbox": self.sandbox,
-                "seconds": time.perf_counter() - start}
+        info = {
+            "target": self.target,
+            "won": won,
+            "attempt": self.attempt,
+            "auc": res["auc"],
+            "aucs": res["aucs"],
+            "error": res["error"],
+            "sandbox": self.sandbox,
+            "seconds": time.perf_counter() - start,
+        }
         if won:
             self.done, reward = True, res["auc"]
             self.obs = f"Code executes normally. Mean ROC AUC over {N_SPLITS} splits: {reward:.4f}"
         else:
             self.done, reward = self.attempt >= self.max_attempts, PENALTY
-            self.obs = retry_prompt(self.title(self.target), dataset(self.target)["train_shape"],
-                                    res["error"], shown_code(res["program"]))
+            self.obs = retry_prompt(
+                self.title(self.target),
+                dataset(self.target)["train_shape"],
+                res["error"],
+                shown_code(res["program"]),
+            )
         return self.obs, reward, self.done, False, info
 
     def close(self):
@@ -553,8 +680,10 @@ def make(**options) -> DataSciCodingEnv:
     ``show_name`` (True: the header names the dataset as the reference's does; False: "Tabular")."""
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for env 'datasci_coding'; "
-                         f"valid options: {sorted(_OPTIONS)}")
+        raise ValueError(
+            f"unknown option(s) {sorted(unknown)} for env 'datasci_coding'; "
+            f"valid options: {sorted(_OPTIONS)}"
+        )
     return DataSciCodingEnv(**options)
 
 
@@ -565,74 +694,118 @@ def _body(*lines: str) -> str:
 
 # Programs that run: strong ones and weak ones (their AUC per dataset is tabled in the docs).
 GOOD = {
-    "extra_trees": _body("from sklearn.ensemble import ExtraTreesClassifier",
-                         "model = ExtraTreesClassifier(n_estimators=300, random_state=0)",
-                         "model.fit(x_train, y_train)"),
-    "random_forest": _body("from sklearn.ensemble import RandomForestClassifier",
-                           "model = RandomForestClassifier(n_estimators=100)",
-                           "model.fit(x_train, y_train)"),
-    "gradient_boosting": _body("from sklearn.ensemble import HistGradientBoostingClassifier",
-                               "model = HistGradientBoostingClassifier()",
-                               "model.fit(x_train, y_train)"),
-    "knn_scaled": _body("from sklearn.pipeline import make_pipeline",
-                        "from sklearn.preprocessing import StandardScaler",
-                        "from sklearn.neighbors import KNeighborsClassifier",
-                        "model = make_pipeline(StandardScaler(),",
-                        "                      KNeighborsClassifier(n_neighbors=15))",
-                        "model.fit(x_train, y_train)"),
-    "logistic_regression": _body("from sklearn.pipeline import make_pipeline",
-                                 "from sklearn.preprocessing import StandardScaler",
-                                 "from sklearn.linear_model import LogisticRegression",
-                                 "model = make_pipeline(StandardScaler(),",
-                                 "                      LogisticRegression(max_iter=1000))",
-                                 "model.fit(x_train, y_train)"),
+    "extra_trees": _body(
+        "from sklearn.ensemble import ExtraTreesClassifier",
+        "model = ExtraTreesClassifier(n_estimators=300, random_state=0)",
+        "model.fit(x_train, y_train)",
+    ),
+    "random_forest": _body(
+        "from sklearn.ensemble import RandomForestClassifier",
+        "model = RandomForestClassifier(n_estimators=100)",
+        "model.fit(x_train, y_train)",
+    ),
+    "gradient_boosting": _body(
+        "from sklearn.ensemble import HistGradientBoostingClassifier",
+        "model = HistGradientBoostingClassifier()",
+        "model.fit(x_train, y_train)",
+    ),
+    "knn_scaled": _body(
+        "from sklearn.pipeline import make_pipeline",
+        "from sklearn.preprocessing import StandardScaler",
+        "from sklearn.neighbors import KNeighborsClassifier",
+        "model = make_pipeline(StandardScaler(),",
+        "                      KNeighborsClassifier(n_neighbors=15))",
+        "model.fit(x_train, y_train)",
+    ),
+    "logistic_regression": _body(
+        "from sklearn.pipeline import make_pipeline",
+        "from sklearn.preprocessing import StandardScaler",
+        "from sklearn.linear_model import LogisticRegression",
+        "model = make_pipeline(StandardScaler(),",
+        "                      LogisticRegression(max_iter=1000))",
+        "model.fit(x_train, y_train)",
+    ),
 }
 WEAK = {
-    "naive_bayes": _body("from sklearn.naive_bayes import GaussianNB",
-                         "model = GaussianNB()",
-                         "model.fit(x_train, y_train)"),
-    "logistic_raw": _body("from sklearn.linear_model import LogisticRegression",
-                          "model = LogisticRegression(max_iter=100)",
-                          "model.fit(x_train, y_train)"),
-    "nearest_neighbour": _body("from sklearn.neighbors import KNeighborsClassifier",
-                               "model = KNeighborsClassifier(n_neighbors=1)",
-                               "model.fit(x_train, y_train)"),
-    "decision_stump": _body("from sklearn.tree import DecisionTreeClassifier",
-                            "model = DecisionTreeClassifier(max_depth=1)",
-                            "model.fit(x_train, y_train)"),
-    "constant": _body("from sklearn.dummy import DummyClassifier",
-                      "model = DummyClassifier(strategy='prior')",
-                      "model.fit(x_train, y_train)"),
+    "naive_bayes": _body(
+        "from sklearn.naive_bayes import GaussianNB",
+        "model = GaussianNB()",
+        "model.fit(x_train, y_train)",
+    ),
+    "logistic_raw": _body(
+        "from sklearn.linear_model import LogisticRegression",
+        "model = LogisticRegression(max_iter=100)",
+        "model.fit(x_train, y_train)",
+    ),
+    "nearest_neighbour": _body(
+        "from sklearn.neighbors import KNeighborsClassifier",
+        "model = KNeighborsClassifier(n_neighbors=1)",
+        "model.fit(x_train, y_train)",
+    ),
+    "decision_stump": _body(
+        "from sklearn.tree import DecisionTreeClassifier",
+        "model = DecisionTreeClassifier(max_depth=1)",
+        "model.fit(x_train, y_train)",
+    ),
+    "constant": _body(
+        "from sklearn.dummy import DummyClassifier",
+        "model = DummyClassifier(strategy='prior')",
+        "model.fit(x_train, y_train)",
+    ),
 }
 # Programs that fail: name -> (body, the runnable template that fixes it, the error the env reports)
 BROKEN = {
-    "misspelt_class": (_body("from sklearn.ensemble import RandomForestClassifier",
-                             "model = RandomForestClassifer(n_estimators=100)",
-                             "model.fit(x_train, y_train)"), "random_forest",
-                       "NameError: name 'RandomForestClassifer' is not defined"),
-    "missing_import": (_body("model = LogisticRegression(max_iter=1000)",
-                             "model.fit(x_train, y_train)"), "logistic_raw",
-                       "NameError: name 'LogisticRegression' is not defined"),
-    "not_fitted": (_body("from sklearn.naive_bayes import GaussianNB",
-                         "model = GaussianNB()"), "naive_bayes",
-                   "sklearn.exceptions.NotFittedError: This GaussianNB instance is not fitted "
-                   "yet."),
-    "wrong_variable": (_body("from sklearn.neighbors import KNeighborsClassifier",
-                             "model = KNeighborsClassifier(n_neighbors=15)",
-                             "model.fit(X_train, y_train)"), "knn_scaled",
-                       "NameError: name 'X_train' is not defined"),
-    "regressor": (_body("from sklearn.linear_model import LinearRegression",
-                        "model = LinearRegression()",
-                        "model.fit(x_train, y_train)"), "logistic_regression",
-                  "AttributeError: 'LinearRegression' object has no attribute 'predict_proba'"),
-    "svm": (_body("from sklearn.svm import SVC",
-                  "model = SVC()",
-                  "model.fit(x_train, y_train)"), "gradient_boosting",
-            "Exception: do not use SVM."),
-    "unclosed_paren": (_body("from sklearn.ensemble import HistGradientBoostingClassifier",
-                             "model = HistGradientBoostingClassifier(max_iter=200",
-                             "model.fit(x_train, y_train)"), "gradient_boosting",
-                       "SyntaxError: '(' was never closed"),
+    "misspelt_class": (
+        _body(
+            "from sklearn.ensemble import RandomForestClassifier",
+            "model = RandomForestClassifer(n_estimators=100)",
+            "model.fit(x_train, y_train)",
+        ),
+        "random_forest",
+        "NameError: name 'RandomForestClassifer' is not defined",
+    ),
+    "missing_import": (
+        _body("model = LogisticRegression(max_iter=1000)", "model.fit(x_train, y_train)"),
+        "logistic_raw",
+        "NameError: name 'LogisticRegression' is not defined",
+    ),
+    "not_fitted": (
+        _body("from sklearn.naive_bayes import GaussianNB", "model = GaussianNB()"),
+        "naive_bayes",
+        "sklearn.exceptions.NotFittedError: This GaussianNB instance is not fitted yet.",
+    ),
+    "wrong_variable": (
+        _body(
+            "from sklearn.neighbors import KNeighborsClassifier",
+            "model = KNeighborsClassifier(n_neighbors=15)",
+            "model.fit(X_train, y_train)",
+        ),
+        "knn_scaled",
+        "NameError: name 'X_train' is not defined",
+    ),
+    "regressor": (
+        _body(
+            "from sklearn.linear_model import LinearRegression",
+            "model = LinearRegression()",
+            "model.fit(x_train, y_train)",
+        ),
+        "logistic_regression",
+        "AttributeError: 'LinearRegression' object has no attribute 'predict_proba'",
+    ),
+    "svm": (
+        _body("from sklearn.svm import SVC", "model = SVC()", "model.fit(x_train, y_train)"),
+        "gradient_boosting",
+        "Exception: do not use SVM.",
+    ),
+    "unclosed_paren": (
+        _body(
+            "from sklearn.ensemble import HistGradientBoostingClassifier",
+            "model = HistGradientBoostingClassifier(max_iter=200",
+            "model.fit(x_train, y_train)",
+        ),
+        "gradient_boosting",
+        "SyntaxError: '(' was never closed",
+    ),
 }
 RUNNABLE = {**GOOD, **WEAK}
 TEMPLATES = {**RUNNABLE, **{name: body for name, (body, _, _) in BROKEN.items()}}
@@ -653,8 +826,9 @@ class ScriptedCoder:
     failure it writes the fix of the broken template it recognises with probability ``p_fix`` and
     otherwise samples afresh. ``mode="optimal"``: always the strongest template (extra trees)."""
 
-    def __init__(self, seed: int = 0, mode: str = "suboptimal", p_broken: float = 0.35,
-                 p_fix: float = 0.7):
+    def __init__(
+        self, seed: int = 0, mode: str = "suboptimal", p_broken: float = 0.35, p_fix: float = 0.7
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode, self.p_broken, self.p_fix = mode, p_broken, p_fix

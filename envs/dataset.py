@@ -1,14 +1,18 @@
 """Datasets of trajectories as JSON Lines: one episode per line.
 
-    {"format_version": 1, "env": "twenty_questions_subset", "target": "dog", "return": -3.0, "success": true,
-     "steps": [{"observation": "Questions:\\n", "action": "Is it alive?", "reward": -1.0, "done": false}, ...]}
+    {"format_version": 1, "env": "twenty_questions_subset", "target": "dog", "return": -3.0,
+     "success": true, "steps": [
+       {"observation": "Questions:\\n", "action": "Is it alive?", "reward": -1.0, "done": false},
+       ...]}
 
-``observation`` is what the agent saw before it chose ``action``; the next observation is the next step's
-(the last step is terminal). A step may carry ``action_ids``: the token ids a model sampled for the action
-(token-in, token-out). They are only meaningful with the tokenizer that sampled them, so ``load_dataset``
-drops them unless asked to keep them, and training on a dataset scores the canonical encoding of the text. ``load_dataset`` checks every line and stops at the first bad one with
-``FILE:LINE: what is wrong``; nothing is skipped silently.
+``observation`` is what the agent saw before it chose ``action``; the next observation is the next
+step's (the last step is terminal). A step may carry ``action_ids``: the token ids a model sampled
+for the action (token-in, token-out). They are only meaningful with the tokenizer that sampled them,
+so ``load_dataset`` drops them unless asked to keep them, and training on a dataset scores the
+canonical encoding of the text. ``load_dataset`` checks every line and stops at the first bad one
+with ``FILE:LINE: what is wrong``; nothing is skipped silently.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +21,14 @@ import os
 import tempfile
 
 FORMAT_VERSION = 1
-_TOP = {"format_version": int, "env": str, "target": str, "steps": list, "return": (int, float), "success": bool}
+_TOP = {
+    "format_version": int,
+    "env": str,
+    "target": str,
+    "steps": list,
+    "return": (int, float),
+    "success": bool,
+}
 _STEP = {"observation": str, "action": str, "reward": (int, float), "done": bool}
 
 
@@ -34,27 +45,41 @@ def _check(where: str, obj, spec: dict):
         val = obj[key]
         bad = isinstance(val, bool) and typ in ((int, float), int)  # JSON true is not a number
         if bad or not isinstance(val, typ):
-            raise ValueError(f"{where}: field {key!r} must be {_type_name(typ)}, got {type(val).__name__}")
+            raise ValueError(
+                f"{where}: field {key!r} must be {_type_name(typ)}, got {type(val).__name__}"
+            )
 
 
 def validate_trajectory(traj, where: str = "trajectory", env: str | None = None) -> dict:
     """Check one trajectory dict; raise ValueError naming ``where`` on the first problem."""
     _check(where, traj, _TOP)
     if traj["format_version"] != FORMAT_VERSION:
-        raise ValueError(f"{where}: format_version {traj['format_version']} is not supported (expected {FORMAT_VERSION})")
+        raise ValueError(
+            f"{where}: format_version {traj['format_version']} is not supported "
+            f"(expected {FORMAT_VERSION})"
+        )
     if env is not None and traj["env"] != env:
-        raise ValueError(f"{where}: env mismatch: the line is for {traj['env']!r}, expected {env!r}")
+        raise ValueError(
+            f"{where}: env mismatch: the line is for {traj['env']!r}, expected {env!r}"
+        )
     if not traj["steps"]:
         raise ValueError(f"{where}: 'steps' is empty")
     for i, step in enumerate(traj["steps"]):
         _check(f"{where}: step {i}", step, _STEP)
         last = i == len(traj["steps"]) - 1
         ids = step.get("action_ids")
-        if ids is not None and not (isinstance(ids, list) and all(isinstance(x, int) and not isinstance(x, bool)
-                                                                   and x >= 0 for x in ids)):
-            raise ValueError(f"{where}: step {i}: 'action_ids' must be a list of token ids (ints >= 0) or null")
+        if ids is not None and not (
+            isinstance(ids, list)
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ids)
+        ):
+            raise ValueError(
+                f"{where}: step {i}: 'action_ids' must be a list of token ids (ints >= 0) or null"
+            )
         if step["done"] != last:
-            raise ValueError(f"{where}: step {i}: done must be {last} ({'last' if last else 'not the last'} step)")
+            raise ValueError(
+                f"{where}: step {i}: done must be {last} "
+                f"({'last' if last else 'not the last'} step)"
+            )
     total = sum(s["reward"] for s in traj["steps"])
     if not math.isclose(total, traj["return"], abs_tol=1e-6):
         raise ValueError(f"{where}: 'return' is {traj['return']} but the rewards sum to {total}")
@@ -62,10 +87,13 @@ def validate_trajectory(traj, where: str = "trajectory", env: str | None = None)
 
 
 def load_dataset(path: str, env: str | None = None, keep_action_ids: bool = False) -> list[dict]:
-    """Read and validate a JSON Lines dataset; ``env`` (optional) must match every line's env. Steps' optional
-    ``action_ids`` are dropped unless ``keep_action_ids`` (they belong to the tokenizer that sampled them)."""
+    """Read and validate a JSON Lines dataset; ``env`` (optional) must match every line's env.
+    Steps' optional ``action_ids`` are dropped unless ``keep_action_ids`` (they belong to the
+    tokenizer that sampled them)."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such dataset file (make one with `python -m envs.collect --out {path}`)")
+        raise FileNotFoundError(
+            f"{path}: no such dataset file (make one with `python -m envs.collect --out {path}`)"
+        )
     trajs = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

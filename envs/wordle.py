@@ -33,6 +33,7 @@ Word lists (``wordle_secrets.txt``, ``wordle_guesses.txt`` beside this file) com
 SCOWL word lists; ``python -m envs.wordle --rebuild-words`` rebuilds them (see
 ``build_word_lists``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,7 +88,7 @@ def score(guess: str, secret: str) -> str:
 
 
 def spaced(text: str) -> str:
-    """"crane" -> "c r a n e" (the reference format of guesses and feedback)."""
+    """ "crane" -> "c r a n e" (the reference format of guesses and feedback)."""
     return " ".join(text)
 
 
@@ -117,8 +118,9 @@ def parse_history(obs: str) -> tuple:
 def _check_vocab_size(vocab_size) -> int:
     ok = isinstance(vocab_size, int) and not isinstance(vocab_size, bool)
     if not ok or not 1 <= vocab_size <= len(SECRETS):
-        raise ValueError(f"wordle: vocab_size must be an int in [1, {len(SECRETS)}], "
-                         f"got {vocab_size!r}")
+        raise ValueError(
+            f"wordle: vocab_size must be an int in [1, {len(SECRETS)}], got {vocab_size!r}"
+        )
     return vocab_size
 
 
@@ -136,8 +138,11 @@ def consistent_words(vocab_size: int, history: tuple) -> tuple:
     """What a scripted policy may guess as "consistent": ``candidates``, else (feedback from a
     secret outside the first ``vocab_size``, e.g. a policy built for a smaller vocabulary than the
     env's) the consistent words of the whole secret list, else the first ``vocab_size`` secrets."""
-    return (candidates(vocab_size, history) or candidates(len(SECRETS), history)
-            or tuple(SECRETS[:vocab_size]))
+    return (
+        candidates(vocab_size, history)
+        or candidates(len(SECRETS), history)
+        or tuple(SECRETS[:vocab_size])
+    )
 
 
 class Wordle:
@@ -157,8 +162,12 @@ class Wordle:
         uniformly with the env's RNG (seeded by ``seed`` when given, so seeded episodes repeat)."""
         if seed is not None:
             self.rng.seed(seed)
-        target = reset_target("wordle", options, self.targets,
-                              valid=f"the first {self.vocab_size} words of envs.wordle.SECRETS")
+        target = reset_target(
+            "wordle",
+            options,
+            self.targets,
+            valid=f"the first {self.vocab_size} words of envs.wordle.SECRETS",
+        )
         if target is None:
             target = self.rng.choice(self.targets)
         self.target, self.obs, self.turn, self.done, self.history = target, HEADER, 0, False, ()
@@ -196,8 +205,10 @@ def make(**options) -> Wordle:
     every guess, as LMRL-Gym does)."""
     unknown = set(options) - set(_MAKE_OPTIONS)
     if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for env 'wordle'; "
-                         f"valid options: {sorted(_MAKE_OPTIONS)}")
+        raise ValueError(
+            f"unknown option(s) {sorted(unknown)} for env 'wordle'; "
+            f"valid options: {sorted(_MAKE_OPTIONS)}"
+        )
     return Wordle(**options)
 
 
@@ -231,11 +242,17 @@ class WordlePolicy:
     "consistent" (always a random consistent word) and "random" (always a random secret-list word).
     Guesses come spaced."""
 
-    def __init__(self, seed: int = 0, mode: str = MODES[0], vocab_size: int = DEFAULT_VOCAB_SIZE,
-                 prob_consistent: float | None = None):
+    def __init__(
+        self,
+        seed: int = 0,
+        mode: str = MODES[0],
+        vocab_size: int = DEFAULT_VOCAB_SIZE,
+        prob_consistent: float | None = None,
+    ):
         if mode not in MODES:
-            raise ValueError(f"wordle: unknown scripted-policy mode {mode!r}; "
-                             f"valid modes: {list(MODES)}")
+            raise ValueError(
+                f"wordle: unknown scripted-policy mode {mode!r}; valid modes: {list(MODES)}"
+            )
         self.vocab_size, self.mode = _check_vocab_size(vocab_size), mode
         default = PROB_CONSISTENT[min(PROB_CONSISTENT, key=lambda k: abs(k - vocab_size))]
         self.prob_consistent = default if prob_consistent is None else float(prob_consistent)
@@ -251,17 +268,22 @@ class WordlePolicy:
         elif mode == "consistent":
             choices = consistent_words(self.vocab_size, history)
         else:
-            choices = SECRETS[:self.vocab_size]
+            choices = SECRETS[: self.vocab_size]
         return spaced(self.rng.choice(choices))
 
 
-def scripted_policy(seed: int = 0, mode: str = MODES[0], vocab_size: int = DEFAULT_VOCAB_SIZE,
-                    adversarial: bool = False,
-                    prob_consistent: float | None = None) -> WordlePolicy:
+def scripted_policy(
+    seed: int = 0,
+    mode: str = MODES[0],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    adversarial: bool = False,
+    prob_consistent: float | None = None,
+) -> WordlePolicy:
     """A scripted guesser (see ``WordlePolicy``); ``adversarial`` is accepted for symmetry with
     ``make`` and changes nothing (the policy only reads the feedback)."""
-    return WordlePolicy(seed=seed, mode=mode, vocab_size=vocab_size,
-                        prob_consistent=prob_consistent)
+    return WordlePolicy(
+        seed=seed, mode=mode, vocab_size=vocab_size, prob_consistent=prob_consistent
+    )
 
 
 def _play(env: Wordle, policy, seed: int, first: str | None = None) -> str:
@@ -338,8 +360,11 @@ def build_word_lists(scowl_dir: str = SCOWL_DIR, dict_path: str = DICT_PATH) -> 
     guesses = sorted(w for w in lexicon if len(w) == N_LETTERS)
     secrets, seen = [], set()
     for level in SECRET_LEVELS:
-        words = [w for w in _scowl_level(scowl_dir, level) - seen
-                 if w in lexicon and not _inflected(w, lexicon)]
+        words = [
+            w
+            for w in _scowl_level(scowl_dir, level) - seen
+            if w in lexicon and not _inflected(w, lexicon)
+        ]
         secrets += sorted(words, key=lambda w: hashlib.sha1(w.encode()).hexdigest())
         seen.update(words)
     return secrets, guesses
@@ -360,20 +385,26 @@ _GUESSES_HEADER = """\
 """
 
 
-def write_word_lists(folder: str = _HERE, scowl_dir: str = SCOWL_DIR,
-                     dict_path: str = DICT_PATH) -> None:
+def write_word_lists(
+    folder: str = _HERE, scowl_dir: str = SCOWL_DIR, dict_path: str = DICT_PATH
+) -> None:
     """Rebuild ``wordle_secrets.txt`` and ``wordle_guesses.txt`` in ``folder``."""
     secrets, guesses = build_word_lists(scowl_dir, dict_path)
-    for name, header, words in (("wordle_secrets.txt", _SECRETS_HEADER, secrets),
-                                ("wordle_guesses.txt", _GUESSES_HEADER, guesses)):
+    for name, header, words in (
+        ("wordle_secrets.txt", _SECRETS_HEADER, secrets),
+        ("wordle_guesses.txt", _GUESSES_HEADER, guesses),
+    ):
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
             f.write(header.format(n=len(words)) + "\n".join(words) + "\n")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Wordle word lists (see build_word_lists).")
-    p.add_argument("--rebuild-words", action="store_true",
-                   help="rebuild envs/wordle_*.txt (needs: apt-get install -y scowl wamerican)")
+    p.add_argument(
+        "--rebuild-words",
+        action="store_true",
+        help="rebuild envs/wordle_*.txt (needs: apt-get install -y scowl wamerican)",
+    )
     p.add_argument("--scowl-dir", default=SCOWL_DIR)
     p.add_argument("--dict", default=DICT_PATH)
     args = p.parse_args(argv)
@@ -381,8 +412,7 @@ def main(argv=None):
         write_word_lists(_HERE, args.scowl_dir, args.dict)
         print(f"wrote {_HERE}/wordle_secrets.txt and wordle_guesses.txt")
     else:
-        print(f"{len(SECRETS)} secrets, {len(GUESSES)} allowed guesses; "
-              "--rebuild-words to rebuild")
+        print(f"{len(SECRETS)} secrets, {len(GUESSES)} allowed guesses; --rebuild-words to rebuild")
 
 
 if __name__ == "__main__":
