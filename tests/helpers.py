@@ -1,4 +1,5 @@
-"""Small helpers the test files share (imported as `from helpers import run_dir`; pytest puts tests/ on sys.path)."""
+"""Small helpers the test files share (imported as `from helpers import run_dir`; pytest puts tests/
+on sys.path)."""
 
 
 def run_dir(tmp_path):
@@ -8,11 +9,49 @@ def run_dir(tmp_path):
 
 
 def paired_difference(after, before):
-    """Mean per-episode difference (after − before) between two evaluations of the same episodes (same env seeds,
-    targets and sampling seed: common random numbers) and its standard error, s.d./√n of the differences.
-    Learning tests assert mean > 2 s.e.: an improvement larger than its own noise."""
+    """Mean per-episode difference (after − before) between two evaluations of the same episodes
+    (same env seeds, targets and sampling seed: common random numbers) and its standard error,
+    s.d./√n of the differences. Learning tests assert mean > 2 s.e.: an improvement larger than its
+    own noise."""
     import numpy as np
 
     d = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
-    assert d.shape == (len(after),) and len(d) > 1, "paired evaluations need the same number of episodes"
+    assert d.shape == (len(after),) and len(d) > 1, (
+        "paired evaluations need the same number of episodes"
+    )
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+
+
+def load_checkpoint(run):
+    """A run's checkpoint/ as accelerate's save_state wrote it: {"models": the prepared models'
+    state dicts in prepare() order, "optimizers": likewise, "custom": the registered objects' state
+    dicts in registration order (e.g. [target critic, RunState]), "rng": one RNG record per
+    process}."""
+    import os
+
+    import torch
+
+    ckpt = os.path.join(str(run), "checkpoint")
+
+    def series(name, ext):
+        out, i = [], 0
+        while True:
+            f = os.path.join(ckpt, f"{name}{'' if i == 0 else f'_{i}'}.{ext}")
+            if not os.path.exists(f):
+                return out
+            out.append(torch.load(f, weights_only=False, map_location="cpu"))
+            i += 1
+
+    def indexed(name):
+        out = []
+        while os.path.exists(os.path.join(ckpt, f"{name}_{len(out)}.pkl")):
+            f = os.path.join(ckpt, f"{name}_{len(out)}.pkl")
+            out.append(torch.load(f, weights_only=False, map_location="cpu"))
+        return out
+
+    return {
+        "models": series("pytorch_model", "bin"),
+        "optimizers": series("optimizer", "bin"),
+        "custom": indexed("custom_checkpoint"),
+        "rng": indexed("random_states"),
+    }

@@ -1,4 +1,5 @@
 """benchmark/report.py on a tiny fake set of runs (the benchmark itself never runs in CI)."""
+
 import csv
 import json
 import os
@@ -12,15 +13,18 @@ sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import online  # noqa: E402
 import report  # noqa: E402
 
-# method -> per seed: eval returns at 0, 64, 128 episodes (the BC start is -11 for every non-CHAI run)
+# method -> per seed: eval returns at 0, 64, 128 episodes (the BC start is -11 for every non-CHAI
+# run)
 FAKE = {
-    "archer": [[-11, -10, -8], [-11, -9, -7]],        # mean -11, -9.5, -7.5
+    "archer": [[-11, -10, -8], [-11, -9, -7]],  # mean -11, -9.5, -7.5
     "ppo_token": [[-11, -11, -10], [-11, -10, -10]],  # mean -11, -10.5, -10
-    "chai": [[-12, -9, -8], [-12, -9, -9]],           # mean -12, -9, -8.5; the BC actor logged apart (-11)
+    "chai": [[-12, -9, -8], [-12, -9, -9]],  # mean -12, -9, -8.5; the BC actor logged apart (-11)
 }
 
 
-def fake_run(root, group, name, seed, returns, steps=(0, 64, 128), summary_extra=None, actor_eval=None):
+def fake_run(
+    root, group, name, seed, returns, steps=(0, 64, 128), summary_extra=None, actor_eval=None
+):
     from torch.utils.tensorboard import SummaryWriter
 
     d = os.path.join(root, group, name, f"seed{seed}", f"run__{seed}")
@@ -33,8 +37,14 @@ def fake_run(root, group, name, seed, returns, steps=(0, 64, 128), summary_extra
     if actor_eval is not None:
         w.add_scalar("eval/actor_episodic_return", actor_eval, 0)
     w.close()
-    summary = {"eval_return": returns[-1], "eval_success_rate": 0.8, "eval_return_greedy": returns[-1] + 1,
-               "episodes": steps[-1], "wall_time_s": 10.0, "args": {"rollouts_per_iter": 16}}
+    summary = {
+        "eval_return": returns[-1],
+        "eval_success_rate": 0.8,
+        "eval_return_greedy": returns[-1] + 1,
+        "episodes": steps[-1],
+        "wall_time_s": 10.0,
+        "args": {"rollouts_per_iter": 16},
+    }
     summary.update(summary_extra or {})
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f)
@@ -46,34 +56,74 @@ def fake_runs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("bench_runs"))
     for method, per_seed in FAKE.items():
         for seed, returns in enumerate(per_seed, 1):
-            fake_run(root, "online", method, seed, returns, actor_eval=-11 if method == "chai" else None)
+            fake_run(
+                root, "online", method, seed, returns, actor_eval=-11 if method == "chai" else None
+            )
     for key, ret in [("iql_awr", [-13, -14]), ("bc", [-15, -16])]:
         for seed, r in enumerate(ret, 1):
             fake_run(root, "offline", key, seed, [r], steps=(0,))
     fake_run(root, "timing", "archer", 1, [-10, -9, -8])
     os.makedirs(os.path.join(root, "throughput"))
     with open(os.path.join(root, "throughput", "throughput.json"), "w") as f:
-        json.dump([{"model": "tiny", "episodes": 16, "calls": 20, "tokens": 1000, "rollout_s": 2.0,
-                    "bare_generate_s": 1.0, "rollout_tok_s": 500.0, "bare_tok_s": 1000.0, "generate_share": 0.5}], f)
+        json.dump(
+            [
+                {
+                    "model": "tiny",
+                    "episodes": 16,
+                    "calls": 20,
+                    "tokens": 1000,
+                    "rollout_s": 2.0,
+                    "bare_generate_s": 1.0,
+                    "rollout_tok_s": 500.0,
+                    "bare_tok_s": 1000.0,
+                    "generate_share": 0.5,
+                }
+            ],
+            f,
+        )
     return root
 
 
 def test_threshold_and_episodes_to_it_by_hand(fake_runs):
     runs = report.load_group(os.path.join(fake_runs, "online"))
-    assert sorted(runs) == ["archer", "chai", "ppo_token"] and all(len(r) == 2 for r in runs.values())
-    assert report.curve(runs["archer"]) == [(0, -11, -11, -11), (64, -9.5, -10, -9), (128, -7.5, -8, -7)]
+    assert sorted(runs) == ["archer", "chai", "ppo_token"] and all(
+        len(r) == 2 for r in runs.values()
+    )
+    assert report.curve(runs["archer"]) == [
+        (0, -11, -11, -11),
+        (64, -9.5, -10, -9),
+        (128, -7.5, -8, -7),
+    ]
     level, start, best = report.threshold(runs)
-    # BC start: -11 from archer and ppo (eval/episodic_return at 0) and chai (eval/actor_episodic_return), best -7.5
-    assert start == pytest.approx(-11) and best == pytest.approx(-7.5) and level == pytest.approx(-9.25)
-    assert report.episodes_to(report.curve(runs["archer"]), level) == 128  # -9.5 at 64 is below -9.25
-    assert report.episodes_to(report.curve(runs["chai"]), level) == 64     # -9 at 64
+    # BC start: -11 from archer and ppo (eval/episodic_return at 0) and chai
+    # (eval/actor_episodic_return), best -7.5
+    assert (
+        start == pytest.approx(-11)
+        and best == pytest.approx(-7.5)
+        and level == pytest.approx(-9.25)
+    )
+    assert (
+        report.episodes_to(report.curve(runs["archer"]), level) == 128
+    )  # -9.5 at 64 is below -9.25
+    assert report.episodes_to(report.curve(runs["chai"]), level) == 64  # -9 at 64
     assert report.episodes_to(report.curve(runs["ppo_token"]), level) is None
 
 
 def test_report_writes_tables_and_plot(fake_runs, tmp_path):
     res = tmp_path / "results"
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "report.py"), "--runs", fake_runs,
-                          "--results", str(res)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmark", "report.py"),
+            "--runs",
+            fake_runs,
+            "--results",
+            str(res),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     rows = {r["method"]: r for r in csv.DictReader(open(res / "online.csv"))}
     assert rows["ArCHer"]["final return"] == "-7.50 ± 0.71"
@@ -83,7 +133,10 @@ def test_report_writes_tables_and_plot(fake_runs, tmp_path):
     assert "threshold (halfway) -9.25" in md and "PPO / ArCHer episodes to threshold: > 1.0×" in md
     assert (res / "online_curves.png").stat().st_size > 10_000
     off = list(csv.DictReader(open(res / "offline.csv")))
-    assert [r["method"] for r in off] == ["ArCHer (IQL + AWR)", "BC (ρ 1.0)"]  # the paper's row order
+    assert [r["method"] for r in off] == [
+        "ArCHer (IQL + AWR)",
+        "BC (ρ 1.0)",
+    ]  # the paper's row order
     assert off[0]["return"] == "-13.50 ± 0.71" and off[0]["paper (20Q return)"] == "-14.1"
     assert "500" in (res / "throughput.md").read_text()
     timing = list(csv.DictReader(open(res / "timing.csv")))
@@ -92,7 +145,17 @@ def test_report_writes_tables_and_plot(fake_runs, tmp_path):
 
 def test_online_rejects_a_budget_that_splits_an_iteration():
     class A:
-        budget, eval_every_episodes, out, env, eval_episodes, extra, critic, paper_scale = 100, 64, "x", "e", 10, "", "", False
+        budget, eval_every_episodes, out, env, eval_episodes, extra, critic, paper_scale = (
+            100,
+            64,
+            "x",
+            "e",
+            10,
+            "",
+            "",
+            False,
+        )
+
     with pytest.raises(SystemExit, match="multiples"):
         online.method_command("ppo_token", 1, "actor", A)
     out, cmd = online.method_command("archer", 2, "actor", type("B", (A,), {"budget": 320}))
@@ -100,7 +163,9 @@ def test_online_rejects_a_budget_that_splits_an_iteration():
 
 
 def test_last_point_averages_the_in_loop_and_the_final_evaluation():
-    run = {"scalars": {"eval/episodic_return": [(0, -11.0, 0.0), (64, -9.0, 1.0)]},
-           "summary": {"episodes": 64, "eval_return": -8.0}}
+    run = {
+        "scalars": {"eval/episodic_return": [(0, -11.0, 0.0), (64, -9.0, 1.0)]},
+        "summary": {"episodes": 64, "eval_return": -8.0},
+    }
     assert report.eval_points(run, "eval/episodic_return") == {0: -11.0, 64: -8.5}
     assert report.eval_points(run, "eval/actor_episodic_return") == {}

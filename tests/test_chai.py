@@ -1,6 +1,7 @@
-"""chai.py: the acting rule (argmax of min over heads), the V target at the best of k candidates, the CQL penalty
-against hand-worked values, smoke runs (online, offline, --save-model + reload, --resume, 2 processes) and a
-learning test."""
+"""chai.py: the acting rule (argmax of min over heads), the V target at the best of k candidates,
+the CQL penalty against hand-worked values, smoke runs (online, offline, --save-model + reload,
+--resume, 2 processes) and a learning test."""
+
 import json
 import math
 import os
@@ -11,13 +12,13 @@ import pytest
 import torch
 
 import chai
-from helpers import paired_difference, run_dir
+from helpers import load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
 
 
-# ---------------------------------------------------------------------------------------------------- acting rule
+# -------------------------------------------------------------------------------------- acting rule
 
 
 def test_chai_select_takes_the_argmax_of_the_min_over_heads():
@@ -25,12 +26,14 @@ def test_chai_select_takes_the_argmax_of_the_min_over_heads():
     q1 = torch.tensor([[1.0, 5.0, 2.0], [-1.0, -3.0, 0.0]])
     q2 = torch.tensor([[3.0, 0.0, 2.5], [-2.0, 4.0, -0.5]])
     # min = [[1, 0, 2], [−2, −3, −0.5]] → argmax [2, 2]
-    # (argmax Q1 alone would pick [1, 2], argmax Q2 [0, 1], argmax of the mean (Q1+Q2)/2 = [[2, 2.5, 2.25], ...] picks 1)
+    # (argmax Q1 alone would pick [1, 2], argmax Q2 [0, 1], argmax of the mean (Q1+Q2)/2 = [[2, 2.5,
+    # 2.25], ...] picks 1)
     assert chai.chai_select(q1, q2).tolist() == [2, 2]
 
 
 class ScriptedScorer(torch.nn.Module):
-    """A stand-in critic whose Q_1, Q_2 are looked up by the candidate's text (texts are read back from token ids)."""
+    """A stand-in critic whose Q_1, Q_2 are looked up by the candidate's text (texts are read back
+    from token ids)."""
 
     def __init__(self, ctok, table):
         super().__init__()
@@ -45,32 +48,60 @@ class ScriptedScorer(torch.nn.Module):
 def test_candidates_are_k_samples_per_observation_and_the_best_is_said(monkeypatch):
     tok = chai.train_tiny_tokenizer(chai.envs.corpus(ENV, 300))
     args = chai.Args(k=3, env=ENV, max_turns=1)
-    samples = iter(["Is it a dog?", "Is it a pen?", "Is it a thing?", "Is it an animal?", "Is it a pen?",
-                    "Is it a thing?"])
+    samples = iter(
+        [
+            "Is it a dog?",
+            "Is it a pen?",
+            "Is it a thing?",
+            "Is it an animal?",
+            "Is it a pen?",
+            "Is it a thing?",
+        ]
+    )
 
     def fake_generate(model, tokenizer, observations, *a, **kw):
-        assert len(observations) == 6 and observations[0] == observations[2] != observations[3]  # each repeated k times
-        return [next(samples) for _ in observations], [None] * len(observations), 6  # (texts, ids, n_tokens)
+        assert (
+            len(observations) == 6 and observations[0] == observations[2] != observations[3]
+        )  # each repeated k times
+        return (
+            [next(samples) for _ in observations],
+            [None] * len(observations),
+            6,
+        )  # (texts, ids, n_tokens)
 
     monkeypatch.setattr(chai, "generate_actions", fake_generate)
-    scorer = ScriptedScorer(tok, {"Is it a dog?": (0.0, -3.0), "Is it a pen?": (-1.0, -1.5), "Is it a thing?": (5.0, -4.0),
-                                  "Is it an animal?": (-0.5, -0.2)})
-    cands, q1, q2, _ = chai.chai_candidates(None, tok, scorer, tok, ["Questions:\n", "Questions:\nIs it alive? Yes.\n"],
-                                            args, [], "cpu")
+    scorer = ScriptedScorer(
+        tok,
+        {
+            "Is it a dog?": (0.0, -3.0),
+            "Is it a pen?": (-1.0, -1.5),
+            "Is it a thing?": (5.0, -4.0),
+            "Is it an animal?": (-0.5, -0.2),
+        },
+    )
+    cands, q1, q2, _ = chai.chai_candidates(
+        None, tok, scorer, tok, ["Questions:\n", "Questions:\nIs it alive? Yes.\n"], args, [], "cpu"
+    )
     assert q1.shape == (2, 3) and cands[0] == ["Is it a dog?", "Is it a pen?", "Is it a thing?"]
-    # min over heads: obs 0 → [−3, −1.5, −4] → "Is it a pen?";  obs 1 → [−0.5, −1.5, −4] → "Is it an animal?"
+    # min over heads: obs 0 → [−3, −1.5, −4] → "Is it a pen?";  obs 1 → [−0.5, −1.5, −4] → "Is it an
+    # animal?"
     best = chai.chai_select(q1, q2).tolist()
     assert [cands[i][b] for i, b in enumerate(best)] == ["Is it a pen?", "Is it an animal?"]
 
 
-# ---------------------------------------------------------------------------------------------------- losses
+# ------------------------------------------------------------------------------------------- losses
 
 
 def test_v_target_is_the_best_candidate_of_the_target_critic():
-    v1, v2 = torch.tensor([0.0, 1.0], requires_grad=True), torch.tensor([0.0, -1.0], requires_grad=True)
+    v1, v2 = (
+        torch.tensor([0.0, 1.0], requires_grad=True),
+        torch.tensor([0.0, -1.0], requires_grad=True),
+    )
     q1_t = torch.tensor([[1.0, 3.0], [-2.0, 2.0]], requires_grad=True)
     q2_t = torch.tensor([[2.0, -1.0], [0.0, 1.0]], requires_grad=True)
-    best = chai.chai_select(q1_t, q2_t)  # min: [[1, −1], [−2, 1]] → [0, 1]  (not the max of Q1: [1, 1])
+    best = chai.chai_select(
+        q1_t, q2_t
+    )  # min: [[1, −1], [−2, 1]] → [0, 1]  (not the max of Q1: [1, 1])
     assert best.tolist() == [0, 1]
     # targets: head i at a_CHAI: y1 = [1, 2], y2 = [2, 1]
     # (V1 − y1)² = [1, 1];  (V2 − y2)² = [4, 4];  Σ_i = [5, 5];  mean = 5
@@ -78,33 +109,54 @@ def test_v_target_is_the_best_candidate_of_the_target_critic():
     assert loss.item() == pytest.approx(5.0)
     loss.backward()
     # dJ/dV1 = 2(V1 − y1)/N = [−1, −1];  dJ/dV2 = [−2, −2];  no gradient into the target scores
-    assert torch.allclose(v1.grad, torch.tensor([-1.0, -1.0])) and torch.allclose(v2.grad, torch.tensor([-2.0, -2.0]))
+    assert torch.allclose(v1.grad, torch.tensor([-1.0, -1.0])) and torch.allclose(
+        v2.grad, torch.tensor([-2.0, -2.0])
+    )
     assert q1_t.grad is None and q2_t.grad is None
 
 
 def test_cql_penalty_by_hand():
     q_cand = torch.tensor([[0.0, 0.0], [1.0, 2.0]], requires_grad=True)
     q_data = torch.tensor([0.0, 3.0], requires_grad=True)
-    # row 0: logsumexp(0, 0, 0) − 0 = log 3;  row 1: logsumexp(1, 2, 3) − 3 = log(e + e² + e³) − 3 = log(e⁻² + e⁻¹ + 1)
+    # row 0: logsumexp(0, 0, 0) − 0 = log 3;  row 1: logsumexp(1, 2, 3) − 3 = log(e + e² + e³) − 3 =
+    # log(e⁻² + e⁻¹ + 1)
     want = 0.5 * 0.5 * (math.log(3) + math.log(math.exp(-2) + math.exp(-1) + 1))
     loss = chai.cql_penalty(q_cand, q_data, alpha=0.5)
     assert loss.item() == pytest.approx(want)
     loss.backward()
-    # d/dQ(s, a_j) = α/N · softmax_j:  row 0: 0.25 · 1/3 for the candidates and 0.25·(1/3 − 1) for the data action
+    # d/dQ(s, a_j) = α/N · softmax_j:  row 0: 0.25 · 1/3 for the candidates and 0.25·(1/3 − 1) for
+    # the data action
     assert torch.allclose(q_cand.grad[0], torch.tensor([0.25 / 3, 0.25 / 3]))
     assert q_data.grad[0].item() == pytest.approx(0.25 * (1 / 3 - 1))
-    assert (q_cand.grad > 0).all() and (q_data.grad < 0).all()  # candidates pushed down, the data action up
+    assert (q_cand.grad > 0).all() and (
+        q_data.grad < 0
+    ).all()  # candidates pushed down, the data action up
     # the penalty is ≥ 0 and 0 only as the data action dominates
-    assert chai.cql_penalty(torch.tensor([[-50.0]]), torch.tensor([0.0]), 1.0).item() == pytest.approx(0.0, abs=1e-6)
+    assert chai.cql_penalty(
+        torch.tensor([[-50.0]]), torch.tensor([0.0]), 1.0
+    ).item() == pytest.approx(0.0, abs=1e-6)
 
 
-# ---------------------------------------------------------------------------------------------------- runs
+# --------------------------------------------------------------------------------------------- runs
 
 
 def small_args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path), scripted_episodes=60, bc_steps=4, iterations=2, k=3, rollouts_per_iter=4,
-                critic_updates_per_iter=2, batch_size=8, micro_batch_size=4, eval_episodes=4, eval_every=1,
-                checkpoint_every=1, max_new_tokens=8, device="cpu")
+    base = dict(
+        output_dir=str(tmp_path),
+        scripted_episodes=60,
+        bc_steps=4,
+        iterations=2,
+        k=3,
+        rollouts_per_iter=4,
+        critic_updates_per_iter=2,
+        batch_size=8,
+        micro_batch_size=4,
+        eval_episodes=4,
+        eval_every=1,
+        checkpoint_every=1,
+        max_new_tokens=8,
+        device="cpu",
+    )
     base.update(kw)
     return chai.Args(**base)
 
@@ -113,21 +165,33 @@ def test_smoke_save_reload_and_resume(tmp_path):
     chai.main(small_args(tmp_path, save_model=True))
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
-    assert summary["episodes"] == 8 and len(summary["history"]) == 2 and -20 <= summary["eval_return"] <= 0
-    assert -20 <= summary["actor_eval_return"] <= 0 and summary["history"][0]["iteration_time_s"] > 0
+    assert (
+        summary["episodes"] == 8
+        and len(summary["history"]) == 2
+        and -20 <= summary["eval_return"] <= 0
+    )
+    assert (
+        -20 <= summary["actor_eval_return"] <= 0
+        and summary["history"][0]["charts/iteration_time_s"] > 0
+    )
     assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
-    state = torch.load(d / "checkpoint" / "state.pt", weights_only=False)
-    assert "actor_opt" not in state  # the actor is never optimised after the warm start
+    ckpt = load_checkpoint(d)  # models [actor, critic], registered objects [target, RunState]
+    state = {"actor": ckpt["models"][0], "critic": ckpt["models"][1], **ckpt["custom"][1]}
+    # two optimisers, the warm start's and the critic's: the actor is never optimised after the BC
+    assert len(ckpt["optimizers"]) == 2
     actor, _ = chai.load_actor(str(d / "actor"), ENV)
     assert all(torch.equal(v, actor.state_dict()[k]) for k, v in state["actor"].items())
     critic, _ = chai.load_critic(str(d / "critic"), ENV)
     assert all(torch.equal(v, critic.state_dict()[k]) for k, v in state["critic"].items())
-    # resume to 4 iterations: continues at iteration 3 with the buffer and the episode count restored; the actor
-    # stays exactly the frozen one
+    # resume to 4 iterations: continues at iteration 3 with the buffer, the episode count and the
+    # history restored; the actor stays exactly the frozen one
     chai.main(small_args(tmp_path, iterations=4, resume=str(d)))
     summary = json.loads((d / "summary.json").read_text())
-    assert [h["iteration"] for h in summary["history"]] == [3, 4] and summary["episodes"] == 16
-    new_state = torch.load(d / "checkpoint" / "state.pt", weights_only=False)
+    assert [h["iteration"] for h in summary["history"]] == [1, 2, 3, 4] and summary[
+        "episodes"
+    ] == 16
+    ckpt = load_checkpoint(d)
+    new_state = {"actor": ckpt["models"][0], "critic": ckpt["models"][1], **ckpt["custom"][1]}
     assert len(new_state["buffer"]) > len(state["buffer"]) and new_state["iteration"] == 4
     assert all(torch.equal(v, new_state["actor"][k]) for k, v in state["actor"].items())
     assert not all(torch.equal(v, new_state["critic"][k]) for k, v in state["critic"].items())
@@ -142,7 +206,9 @@ def test_smoke_offline_with_cql(tmp_path):
     chai.main(small_args(out, dataset=path, offline=True, cql_alpha=1.0, checkpoint_every=0))
     summary = json.loads((run_dir(out) / "summary.json").read_text())
     assert summary["episodes"] == 0  # no env interaction while training
-    assert all(h["cql"] > 0 for h in summary["history"])  # logsumexp over k+1 values > the data action's Q
+    assert all(
+        h["losses/cql"] > 0 for h in summary["history"]
+    )  # logsumexp over k+1 values > the data action's Q
 
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):
@@ -151,34 +217,88 @@ def test_resume_without_checkpoint_fails_clearly(tmp_path):
 
 
 def test_help_documents_every_flag():
-    out = subprocess.run([sys.executable, "chai.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "chai.py", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0
-    for flag in ["--k", "--critic", "--offline", "--dataset", "--cql-alpha", "--tau", "--gamma",
-                 "--critic-updates-per-iter", "--bc-steps", "--resume", "--save-model"]:
+    for flag in [
+        "--k",
+        "--critic",
+        "--offline",
+        "--dataset",
+        "--cql-alpha",
+        "--tau",
+        "--gamma",
+        "--critic-updates-per-iter",
+        "--bc-steps",
+        "--resume",
+        "--save-model",
+    ]:
         assert flag in out.stdout
     assert "--actor-lr" not in out.stdout
 
 
-SMALL_CLI = ["--scripted-episodes", "20", "--bc-steps", "2", "--iterations", "2", "--k", "2", "--rollouts-per-iter", "4",
-             "--critic-updates-per-iter", "1", "--batch-size", "8", "--micro-batch-size", "4", "--eval-episodes", "2",
-             "--eval-every", "2", "--checkpoint-every", "1", "--max-new-tokens", "8", "--device", "cpu"]
+SMALL_CLI = [
+    "--scripted-episodes",
+    "20",
+    "--bc-steps",
+    "2",
+    "--iterations",
+    "2",
+    "--k",
+    "2",
+    "--rollouts-per-iter",
+    "4",
+    "--critic-updates-per-iter",
+    "1",
+    "--batch-size",
+    "8",
+    "--micro-batch-size",
+    "4",
+    "--eval-episodes",
+    "2",
+    "--eval-every",
+    "2",
+    "--checkpoint-every",
+    "1",
+    "--max-new-tokens",
+    "8",
+    "--device",
+    "cpu",
+]
 
 
 def test_two_processes_with_accelerate(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "chai.py", "--output-dir", str(tmp_path)] + SMALL_CLI
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "chai.py",
+        "--output-dir",
+        str(tmp_path),
+    ] + SMALL_CLI
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
-    assert summary["args"]["world_size"] == 2 and summary["episodes"] == 8  # 4 rollouts per iteration in total
-    state = torch.load(d / "checkpoint" / "state.pt", weights_only=False)
-    assert len(state["rng"]) == 2
+    assert (
+        summary["args"]["world_size"] == 2 and summary["episodes"] == 8
+    )  # 4 rollouts per iteration in total
+    assert len(load_checkpoint(d)["rng"]) == 2
     assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
-# ---------------------------------------------------------------------------------------------------- learning
+# ----------------------------------------------------------------------------------------- learning
 
 
 ITERS, CRITIC_STEPS, MARGIN = 4, 100, 1.0
@@ -186,22 +306,37 @@ ITERS, CRITIC_STEPS, MARGIN = 4, 100, 1.0
 
 @pytest.mark.slow
 def test_learning_reranking_beats_the_frozen_bc_actor(tmp_path, bc_actor):
-    """From the shared BC actor (conftest.py), ITERS iterations of online CHAI (k = 5; buffer started with the 2,000
-    scripted episodes; CRITIC_STEPS critic steps in all). The BC actor copies the scripted policy's ~22%
-    uninformative questions ("Is it a thing?"); once the critic rates them lower, picking the best of 5 samples cuts
-    them and the return rises.
+    """From the shared BC actor (conftest.py), ITERS iterations of online CHAI (k = 5; buffer
+    started with the 2,000 scripted episodes; CRITIC_STEPS critic steps in all). The BC actor copies
+    the scripted policy's ~22% uninformative questions ("Is it a thing?"); once the critic rates
+    them lower, picking the best of 5 samples cuts them and the return rises.
 
-    CHAI and the frozen actor alone are evaluated on the same 200 episodes with the same sampling seed (the
-    actor's numbers equal the fixture's own evaluation: common random numbers); the test asserts CHAI's mean
-    per-episode gain exceeds 2 standard errors of the paired differences. Measured with the pinned requirements
-    (seed 1): actor -11.35, CHAI after 4 iterations -9.42, gain +1.93 ± 0.66 = 2.9 s.e. with one torch thread;
-    actor -11.90, CHAI -8.84, gain +3.06 ± 0.60 = 5.1 s.e. with two (CI). Earlier versions (old protocol): -11.17 -> -8.74 and -11.03 -> -9.43."""
+    CHAI and the frozen actor alone are evaluated on the same 200 episodes with the same sampling
+    seed (the actor's numbers equal the fixture's own evaluation: common random numbers); the test
+    asserts CHAI's mean per-episode gain exceeds 2 standard errors of the paired differences.
+    Measured with the pinned requirements (seed 1): actor -11.35, CHAI after 4 iterations -9.42,
+    gain +1.93 ± 0.66 = 2.9 s.e. with one torch thread; actor -11.90, CHAI -8.84, gain +3.06 ±
+    0.60 = 5.1 s.e. with two (CI). Earlier versions (old protocol): -11.17 -> -8.74 and -11.03 ->
+    -9.43."""
     actor_dir, bc_summary = bc_actor
-    chai.main(chai.Args(output_dir=str(tmp_path), actor=actor_dir, bc_steps=0, iterations=ITERS,
-                        critic_updates_per_iter=CRITIC_STEPS // ITERS, eval_every=0, eval_episodes=200,
-                        checkpoint_every=0, device="cpu", seed=1))
+    chai.main(
+        chai.Args(
+            output_dir=str(tmp_path),
+            actor=actor_dir,
+            bc_steps=0,
+            iterations=ITERS,
+            critic_updates_per_iter=CRITIC_STEPS // ITERS,
+            eval_every=0,
+            eval_episodes=200,
+            checkpoint_every=0,
+            device="cpu",
+            seed=1,
+        )
+    )
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["eval_episodes"] == bc_summary["eval_episodes"] == 200
-    assert summary["actor_eval_returns"] == bc_summary["eval_returns"]  # common random numbers: same episodes
+    assert (
+        summary["actor_eval_returns"] == bc_summary["eval_returns"]
+    )  # common random numbers: same episodes
     diff, se = paired_difference(summary["eval_returns"], summary["actor_eval_returns"])
     assert diff > 2 * se, (bc_summary["eval_return"], summary["eval_return"], diff, se)

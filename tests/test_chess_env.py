@@ -1,5 +1,7 @@
 """envs/chess_env.py: chess and chess_endgame. Positions are hand-built FENs; tests that need the
-Stockfish binary have "stockfish" in their names and are skipped (with the reason shown) without it."""
+Stockfish binary have "stockfish" in their names and are skipped (with the reason shown) without
+it."""
+
 import json
 import os
 import signal
@@ -14,7 +16,8 @@ from envs.collect import collect_scripted, summarize
 
 STOCKFISH = chess_env.find_stockfish()
 needs_stockfish = pytest.mark.skipif(
-    STOCKFISH is None, reason="Stockfish binary not found (install: apt-get install stockfish)")
+    STOCKFISH is None, reason="Stockfish binary not found (install: apt-get install stockfish)"
+)
 
 # Black king a8, white king b6, queen h2: Qh8 mates; Qa2+ does not (Kb8).
 MATE_IN_ONE = "k7/8/1K6/8/8/8/7Q/8 w - - 0 1"
@@ -43,7 +46,9 @@ def test_observation_is_the_spaced_fen_and_round_trips():
     assert info["won"] is False and info["moves"] == 0
 
 
-@pytest.mark.parametrize("action", ["e4", "e 4", " e 4 \n", "e\t4", "e2e4", "e 4\nNf3 is next", "e4+"])
+@pytest.mark.parametrize(
+    "action", ["e4", "e 4", " e 4 \n", "e\t4", "e2e4", "e 4\nNf3 is next", "e4+"]
+)
 def test_legal_san_with_or_without_spaces(action):
     env = envs.make("chess", opponent="random")
     env.reset(seed=0)
@@ -55,8 +60,26 @@ def test_legal_san_with_or_without_spaces(action):
     assert info["opponent_move"] is not None
 
 
-@pytest.mark.parametrize("action", ["e5", "K e 2", "", "   ", "x" * 10_000, "♔ e 4", "e4 e5", "--",
-                                    "0000", "O-O", "Nf3\x00", "\n\n", "Qh5", "e4\u202e", "🙂"])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "e5",
+        "K e 2",
+        "",
+        "   ",
+        "x" * 10_000,
+        "♔ e 4",
+        "e4 e5",
+        "--",
+        "0000",
+        "O-O",
+        "Nf3\x00",
+        "\n\n",
+        "Qh5",
+        "e4\u202e",
+        "🙂",
+    ],
+)
 def test_illegal_or_garbage_moves_cost_one_and_keep_the_position(action):
     env = envs.make("chess", opponent="random")
     start, _ = env.reset(seed=1)
@@ -114,7 +137,11 @@ def test_draws_score_zero():
     assert board_of(obs).is_stalemate()
     env.reset(options={"fen": "k7/8/8/8/8/8/8/1R5K w - - 0 1"})
     obs, reward, term, _, info = env.step("Rb7")  # hangs the rook: Kxb7 leaves two bare kings
-    assert info["opponent_move"] == "Kxb7" and (reward, term, info["result"]) == (0.0, True, "1/2-1/2")
+    assert info["opponent_move"] == "Kxb7" and (reward, term, info["result"]) == (
+        0.0,
+        True,
+        "1/2-1/2",
+    )
 
 
 def test_greedy_opponent_takes_the_most_valuable_piece():
@@ -157,17 +184,22 @@ def test_endgame_positions_are_legal_not_in_check_and_apart_from_targets(pieces)
 def test_chess_targets_and_option_errors():
     env = envs.make("chess", opponent="greedy")
     assert env.targets == [chess.STARTING_FEN] and env.reset()[1]["target"] == chess.STARTING_FEN
-    for options, message in [({"colour": "w"}, "valid: \\['fen', 'target'\\]"),
-                             ({"target": "k7/8/8/8/8/8/8/K7 w - - 0 1"}, "valid targets"),
-                             ({"fen": "k7/8/8/8/8/8/8/KQ6 b - - 0 1"}, "White to move"),
-                             ({"fen": "not a fen"}, "not a FEN"),
-                             ({"fen": "k7/1Q6/1K6/8/8/8/8/8 w - - 0 1"}, "illegal position"),
-                             ({"fen": "7k/8/8/8/8/8/5PPP/r5K1 w - - 0 1"}, "already over"),
-                             ({"fen": MATE_IN_ONE, "target": chess.STARTING_FEN}, "not both")]:
+    for options, message in [
+        ({"colour": "w"}, "valid: \\['fen', 'target'\\]"),
+        ({"target": "k7/8/8/8/8/8/8/K7 w - - 0 1"}, "valid targets"),
+        ({"fen": "k7/8/8/8/8/8/8/KQ6 b - - 0 1"}, "White to move"),
+        ({"fen": "not a fen"}, "not a FEN"),
+        ({"fen": "k7/1Q6/1K6/8/8/8/8/8 w - - 0 1"}, "illegal position"),
+        ({"fen": "7k/8/8/8/8/8/5PPP/r5K1 w - - 0 1"}, "already over"),
+        ({"fen": MATE_IN_ONE, "target": chess.STARTING_FEN}, "not both"),
+    ]:
         with pytest.raises(ValueError, match=message):
             env.reset(options=options)
-    for kwargs, message in [({"colour": "w"}, "valid options"), ({"opponent": "deep blue"}, "opponent"),
-                            ({"pieces": "kQK"}, "only applies")]:
+    for kwargs, message in [
+        ({"colour": "w"}, "valid options"),
+        ({"opponent": "deep blue"}, "opponent"),
+        ({"pieces": "kQK"}, "only applies"),
+    ]:
         with pytest.raises(ValueError, match=message):
             envs.make("chess", **kwargs)
     for pieces in ["kQ", "kQKK", "kXK"]:
@@ -178,9 +210,12 @@ def test_chess_targets_and_option_errors():
 def test_missing_binary_says_how_to_install(monkeypatch):
     monkeypatch.setattr(chess_env, "SEARCH_DIRS", [])
     monkeypatch.setenv("PATH", "")
-    for build in [lambda: envs.make("chess"), lambda: envs.make("chess_endgame", opponent="stockfish"),
-                  lambda: envs.make("chess", stockfish_path="/nonexistent/stockfish"),
-                  lambda: envs.scripted_policy("chess", mode="stockfish_1800")]:
+    for build in [
+        lambda: envs.make("chess"),
+        lambda: envs.make("chess_endgame", opponent="stockfish"),
+        lambda: envs.make("chess", stockfish_path="/nonexistent/stockfish"),
+        lambda: envs.scripted_policy("chess", mode="stockfish_1800"),
+    ]:
         with pytest.raises(FileNotFoundError) as err:
             build()
         assert "apt-get install stockfish" in str(err.value) and "stockfish_path" in str(err.value)
@@ -228,7 +263,9 @@ def test_stockfish_opponent_answers_legal_moves_and_close_ends_the_process():
     assert env.engine.pid is None  # started lazily
     info = _play_checked(env, envs.scripted_policy("chess", mode="random"), 12)
     pid = env.engine.pid
-    assert pid is not None and _alive(pid) and env.engine_elo == 1350  # 1200 clamped to SF 15.1's min
+    assert (
+        pid is not None and _alive(pid) and env.engine_elo == 1350
+    )  # 1200 clamped to SF 15.1's min
     assert isinstance(info["engine_score"], int)
     env.close()
     deadline = time.time() + 5
@@ -291,8 +328,10 @@ def test_stockfish_elo_limited_agent_plays_legal_moves():
 
 def test_scripted_policies_order_and_determinism():
     assert chess_env.MODES[0] == "suboptimal"
-    results = {m: summarize(collect_scripted("chess_endgame", 60, seed=0, mode=m))
-               for m in ("suboptimal", "random", "heuristic")}
+    results = {
+        m: summarize(collect_scripted("chess_endgame", 60, seed=0, mode=m))
+        for m in ("suboptimal", "random", "heuristic")
+    }
     assert results["heuristic"]["success_rate"] >= 0.95
     assert 0.3 < results["suboptimal"]["success_rate"] < results["heuristic"]["success_rate"] - 0.2
     assert results["random"]["success_rate"] < 0.1

@@ -3,6 +3,7 @@ the contract (reset/step/targets/penalties), action parsing, scripted policies, 
 
 Tests with "bwrap" in their name need a working bubblewrap sandbox and are skipped, with the reason,
 where there is none (``apt-get install bubblewrap``; see docs/envs.md, DataSciCoding)."""
+
 import json
 import os
 import socket
@@ -103,8 +104,10 @@ def test_bwrap_fork_bomb_is_refused_and_leaves_no_process(box):
 def test_bwrap_fork_bomb_without_seccomp_meets_the_process_limit():
     env = envs.make("datasci_coding", sandbox="bwrap", timeout_s=5)
     env.runner.seccomp = False
-    bomb = ("    import os, time\n    while True:\n"
-            "        if os.fork() == 0:\n            time.sleep(10)")
+    bomb = (
+        "    import os, time\n    while True:\n"
+        "        if os.fork() == 0:\n            time.sleep(10)"
+    )
     obs, reward, term, info, seconds = attempt(env, bomb)
     assert_failed(obs, reward, term, info, "Resource temporarily unavailable")
     env.close()
@@ -124,9 +127,11 @@ def test_bwrap_writes_outside_its_directory_fail(box, tmp_path):
 
 def test_bwrap_cannot_read_the_envs_files_or_the_bundled_labels(box, monkeypatch):
     private = os.path.join(box.runner.root, "data-breast_cancer.npz")  # the env's own files
-    for program in (f"    print(open({dc.__file__!r}).read())",
-                    f"    print(open({private!r}, 'rb').read())",
-                    f"    import os\n    print(os.listdir({box.runner.root!r}))"):
+    for program in (
+        f"    print(open({dc.__file__!r}).read())",
+        f"    print(open({private!r}, 'rb').read())",
+        f"    import os\n    print(os.listdir({box.runner.root!r}))",
+    ):
         obs, reward, term, info, _ = attempt(box, program)
         assert_failed(obs, reward, term, info, "FileNotFoundError")
     # looking the test labels up in scikit-learn's copy of the dataset fails in the sandbox ...
@@ -164,8 +169,11 @@ def test_bwrap_socket_to_localhost_is_refused(box):
 
 def test_bwrap_forged_auc_does_not_count(box):
     _, honest, _, _, _ = attempt(box, LOGREG)
-    printed = (LOGREG + '\n    print("AUC 1.0")'
-               + '\n    print(\'{"status": "ok", "auc": 1.0, "scores": []}\')')
+    printed = (
+        LOGREG
+        + '\n    print("AUC 1.0")'
+        + '\n    print(\'{"status": "ok", "auc": 1.0, "scores": []}\')'
+    )
     _, reward, term, info, _ = attempt(box, printed)
     assert term and reward == honest and 0.99 < honest < 1.0
     # a program that writes a well-formed fake result to every file descriptor and exits: the env
@@ -188,9 +196,11 @@ def build_model(x_train, y_train):
 
 def test_bwrap_killing_the_parent_fails_harmlessly(box):
     me = os.getpid()
-    program = (f"    import os, signal\n    for pid in (os.getppid(), {me}, 1, -1):\n"
-               f"        try:\n            os.kill(pid, signal.SIGKILL)\n"
-               f"        except OSError:\n            pass\n    model = None")
+    program = (
+        f"    import os, signal\n    for pid in (os.getppid(), {me}, 1, -1):\n"
+        f"        try:\n            os.kill(pid, signal.SIGKILL)\n"
+        f"        except OSError:\n            pass\n    model = None"
+    )
     for seccomp in (True, False):  # with the filter, and the PID namespace alone
         box.runner.seccomp = seccomp
         try:
@@ -210,9 +220,11 @@ def test_bwrap_logistic_regression_on_breast_cancer(box):
 
 def test_bwrap_deterministic_given_the_seed(box):
     # no random_state: the env's per-split seeds decide the trees
-    forest = ("    from sklearn.ensemble import RandomForestClassifier\n"
-              "    model = RandomForestClassifier(n_estimators=10)\n"
-              "    model.fit(x_train, y_train)")
+    forest = (
+        "    from sklearn.ensemble import RandomForestClassifier\n"
+        "    model = RandomForestClassifier(n_estimators=10)\n"
+        "    model.fit(x_train, y_train)"
+    )
     runs = [attempt(box, forest, target="synthetic_clusters", seed=s)[3]["aucs"] for s in (7, 7, 8)]
     assert runs[0] == runs[1] and runs[0] != runs[2]
     first = (box.reset(seed=5), list(box.seeds))
@@ -231,10 +243,12 @@ def test_registration_targets_and_errors(env):
     assert "datasci_coding" in envs.names()
     assert env.targets == dc.TARGETS and len(dc.TARGETS) == 7
     obs, info = env.reset(seed=0, options={"target": "wine"})
-    assert obs == ('"""Classification with a Wine Prediction Dataset"""\nimport numpy as np\n\n'
-                   'def build_model(x_train: np.ndarray, y_train: np.ndarray):\n'
-                   '    """ Import modules, return a scikit model trained with x_train in shape '
-                   '(89, 13) and y_train."""\n')
+    assert obs == (
+        '"""Classification with a Wine Prediction Dataset"""\nimport numpy as np\n\n'
+        "def build_model(x_train: np.ndarray, y_train: np.ndarray):\n"
+        '    """ Import modules, return a scikit model trained with x_train in shape '
+        '(89, 13) and y_train."""\n'
+    )
     assert info == {"target": "wine", "won": False, "attempt": 0}
     with pytest.raises(ValueError, match="valid targets"):
         env.reset(options={"target": "titanic"})
@@ -249,10 +263,15 @@ def test_registration_targets_and_errors(env):
 
 def test_datasets_are_the_documented_ones():
     shapes = {t: (dc.dataset(t)["x"].shape, dc.dataset(t)["n_classes"]) for t in dc.TARGETS}
-    assert shapes == {"breast_cancer": ((569, 30), 2), "wine": ((178, 13), 3),
-                      "digits_odd": ((1797, 64), 2), "iris_versicolor": ((150, 4), 2),
-                      "synthetic_linear": ((800, 20), 2), "synthetic_clusters": ((800, 10), 2),
-                      "synthetic_imbalanced": ((800, 15), 2)}
+    assert shapes == {
+        "breast_cancer": ((569, 30), 2),
+        "wine": ((178, 13), 3),
+        "digits_odd": ((1797, 64), 2),
+        "iris_versicolor": ((150, 4), 2),
+        "synthetic_linear": ((800, 20), 2),
+        "synthetic_clusters": ((800, 10), 2),
+        "synthetic_imbalanced": ((800, 15), 2),
+    }
     for t in dc.TARGETS:  # 50/50 splits
         n = len(dc.dataset(t)["x"])
         x_train, x_test, _, _ = dc.dataset(t)["splits"][0]
@@ -268,8 +287,10 @@ def test_sandbox_input_holds_no_test_labels(env):
 
 
 def test_program_candidates_hand_worked():
-    expected = ("import numpy as np\n\ndef build_model(x_train: np.ndarray, y_train: np.ndarray):\n"
-                "    model = GaussianNB()\n    model.fit(x_train, y_train)\n    return model\n")
+    expected = (
+        "import numpy as np\n\ndef build_model(x_train: np.ndarray, y_train: np.ndarray):\n"
+        "    model = GaussianNB()\n    model.fit(x_train, y_train)\n    return model\n"
+    )
     reference_form = "model = GaussianNB()\n    model.fit(x_train, y_train)"  # as after the prompt
     flat = "model = GaussianNB()\nmodel.fit(x_train, y_train)"
     indented = "        model = GaussianNB()\n        model.fit(x_train, y_train)\n"
@@ -279,17 +300,21 @@ def test_program_candidates_hand_worked():
     assert dc.program_candidates("```python\n" + flat + "\n```\nThis fits it.")[1] == expected
     whole = "Here:\n```python\ndef build_model(x_train, y_train):\n    return 1\n```\nDone."
     assert dc.program_candidates(whole) == [
-        "import numpy as np\n\ndef build_model(x_train, y_train):\n    return 1\n"]
+        "import numpy as np\n\ndef build_model(x_train, y_train):\n    return 1\n"
+    ]
 
 
-@pytest.mark.parametrize("action, needle", [
-    ("", "NameError: name 'model' is not defined"),
-    ("x" * 10_000 + " ) (", "SyntaxError"),
-    ("модель = 1 ∑ \U0001F600", "SyntaxError"),
-    ("model = 1\x00", "null bytes"),
-    ("\ud800 garbage", "SyntaxError"),
-    (dc.BROKEN["svm"][0], "Exception: do not use SVM."),
-])
+@pytest.mark.parametrize(
+    "action, needle",
+    [
+        ("", "NameError: name 'model' is not defined"),
+        ("x" * 10_000 + " ) (", "SyntaxError"),
+        ("модель = 1 ∑ \U0001f600", "SyntaxError"),
+        ("model = 1\x00", "null bytes"),
+        ("\ud800 garbage", "SyntaxError"),
+        (dc.BROKEN["svm"][0], "Exception: do not use SVM."),
+    ],
+)
 def test_any_string_gets_the_penalty(env, action, needle):
     env.reset(seed=0, options={"target": "iris_versicolor"})
     obs, reward, term, trunc, info = env.step(action)
@@ -336,8 +361,9 @@ def test_scripted_policy_choices():
 
 
 def test_collect_and_load_dataset(tmp_path):
-    trajs = envs.collect_scripted("datasci_coding", 2, seed=2, targets=["iris_versicolor"],
-                                  timeout_s=10)
+    trajs = envs.collect_scripted(
+        "datasci_coding", 2, seed=2, targets=["iris_versicolor"], timeout_s=10
+    )
     path = tmp_path / "ds.jsonl"
     envs.save_dataset(str(path), trajs)
     assert envs.load_dataset(str(path), env="datasci_coding") == trajs

@@ -1,4 +1,5 @@
 """envs/: registry, batched helper, scripted policies, datasets and their validation, corpus."""
+
 import json
 
 import pytest
@@ -35,8 +36,20 @@ def test_names_and_unknown_errors():
 
 def test_subset_has_the_papers_ten_words():
     env = envs.make("twenty_questions_subset")
-    assert sorted(env.targets) == sorted(["football", "dog", "banana", "truck", "pants", "computer", "piano",
-                                          "chair", "pen", "scissors"])
+    assert sorted(env.targets) == sorted(
+        [
+            "football",
+            "dog",
+            "banana",
+            "truck",
+            "pants",
+            "computer",
+            "piano",
+            "chair",
+            "pen",
+            "scissors",
+        ]
+    )
     assert len(envs.make("twenty_questions").targets) == 157
     assert len(envs.make("guess_my_city").targets) == 100
 
@@ -64,7 +77,9 @@ def test_category_questions_are_useful_and_cover_every_target(name):
     module = envs.game_module(name)
     assert set(module.CATEGORY_QUESTIONS) <= set(module.USEFUL_QUESTIONS)
     for target in module.TARGETS:
-        assert any(module.answer(target, q).lower().startswith("yes") for q in module.CATEGORY_QUESTIONS), target
+        assert any(
+            module.answer(target, q).lower().startswith("yes") for q in module.CATEGORY_QUESTIONS
+        ), target
 
 
 def test_turn_limit_is_terminal_and_returns_minus_twenty():
@@ -98,7 +113,12 @@ def test_vec_env_matches_single_envs():
                 continue
             assert actions[i] == policies2[i](env.obs)
             o, r, term, trunc, info = env.step(actions[i])
-            assert (o, r, term or trunc, info["won"]) == (obs[i], rewards[i], dones[i], infos[i]["won"])
+            assert (o, r, term or trunc, info["won"]) == (
+                obs[i],
+                rewards[i],
+                dones[i],
+                infos[i]["won"],
+            )
             done_single[i] = term or trunc
     with pytest.raises(ValueError, match="6 envs"):
         vec.step(["x"])
@@ -132,18 +152,30 @@ def _bad(tmp_path, mutate):
     return str(path)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda t: "{not json", "broken JSON"),
-    (lambda t: json.dumps({k: v for k, v in t.items() if k != "steps"}), "missing field 'steps'"),
-    (lambda t: json.dumps({**t, "return": "high"}), "field 'return' must be int or float, got str"),
-    (lambda t: json.dumps({**t, "env": "guess_my_city"}), "env mismatch"),
-    (lambda t: json.dumps({**t, "steps": []}), "'steps' is empty"),
-    (lambda t: json.dumps({**t, "steps": [{**t["steps"][0], "action": 3}] + t["steps"][1:]}), "step 0: field 'action' must be str"),
-    (lambda t: json.dumps({**t, "return": t["return"] - 1}), "rewards sum to"),
-    (lambda t: json.dumps({**t, "format_version": 99}), "format_version 99"),
-    (lambda t: json.dumps([1, 2]), "expected a JSON object"),
-    (lambda t: "", "empty line"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda t: "{not json", "broken JSON"),
+        (
+            lambda t: json.dumps({k: v for k, v in t.items() if k != "steps"}),
+            "missing field 'steps'",
+        ),
+        (
+            lambda t: json.dumps({**t, "return": "high"}),
+            "field 'return' must be int or float, got str",
+        ),
+        (lambda t: json.dumps({**t, "env": "guess_my_city"}), "env mismatch"),
+        (lambda t: json.dumps({**t, "steps": []}), "'steps' is empty"),
+        (
+            lambda t: json.dumps({**t, "steps": [{**t["steps"][0], "action": 3}] + t["steps"][1:]}),
+            "step 0: field 'action' must be str",
+        ),
+        (lambda t: json.dumps({**t, "return": t["return"] - 1}), "rewards sum to"),
+        (lambda t: json.dumps({**t, "format_version": 99}), "format_version 99"),
+        (lambda t: json.dumps([1, 2]), "expected a JSON object"),
+        (lambda t: "", "empty line"),
+    ],
+)
 def test_bad_dataset_lines_name_file_and_line(tmp_path, mutate, message):
     path = _bad(tmp_path, mutate)
     with pytest.raises(ValueError) as e:
@@ -169,7 +201,9 @@ def test_collect_cli_writes_dataset_and_prints_statistics(tmp_path, capsys):
 
 def test_corpus_has_dialogues_and_questions():
     texts = envs.corpus("twenty_questions_subset", 300)
-    assert len(texts) == 300 and any(t.startswith("Questions:\n") and t.count("\n") > 2 for t in texts)
+    assert len(texts) == 300 and any(
+        t.startswith("Questions:\n") and t.count("\n") > 2 for t in texts
+    )
 
 
 def test_mentions_is_whole_word():

@@ -1,4 +1,6 @@
-"""Guess My City: knowledge base, oracle, win check, no name leaks, question banks, env rules (fast, CPU only)."""
+"""Guess My City: knowledge base, oracle, win check, no name leaks, question banks, env rules (fast,
+CPU only)."""
+
 import random
 import re
 import unicodedata
@@ -11,16 +13,42 @@ from envs.core import HEADER, mentions
 
 WIN, CANNOT, FALLBACK = gmc.WIN_REPLY, gmc.CANNOT, gmc.FALLBACK
 
-FIELDS = {"variants", "country", "continent", "region", "hemisphere", "languages", "population", "climate",
-          "coastal", "sea", "river", "capital", "landmarks", "foods", "sport", "known_for"}
+FIELDS = {
+    "variants",
+    "country",
+    "continent",
+    "region",
+    "hemisphere",
+    "languages",
+    "population",
+    "climate",
+    "coastal",
+    "sea",
+    "river",
+    "capital",
+    "landmarks",
+    "foods",
+    "sport",
+    "known_for",
+}
 BANDS = {"under 1 million", "1 to 5 million", "5 to 10 million", "over 10 million"}
 
 
 def kb_texts(city: str) -> list[str]:
     """Every text field of a city's entry (what the oracle may say about it)."""
     e = gmc.KB[city]
-    texts = [e["country"], e["continent"], e["region"], e["hemisphere"], e["population"], e["climate"],
-             e["sport"], e["known_for"], e["sea"] or "", e["river"] or ""]
+    texts = [
+        e["country"],
+        e["continent"],
+        e["region"],
+        e["hemisphere"],
+        e["population"],
+        e["climate"],
+        e["sport"],
+        e["known_for"],
+        e["sea"] or "",
+        e["river"] or "",
+    ]
     return texts + e["languages"] + e["landmarks"] + e["foods"]
 
 
@@ -33,20 +61,33 @@ def test_hundred_unique_cities_on_every_inhabited_continent():
     assert len(gmc.TARGETS) == 100 == len(set(gmc.TARGETS)) == len(gmc.KB)
     assert set(gmc.KB) == set(gmc.TARGETS)
     continents = Counter(gmc.KB[t]["continent"] for t in gmc.TARGETS)
-    assert set(continents) == {"Europe", "Asia", "Africa", "North America", "South America", "Oceania"}
+    assert set(continents) == {
+        "Europe",
+        "Asia",
+        "Africa",
+        "North America",
+        "South America",
+        "Oceania",
+    }
     assert min(continents.values()) >= 5
     assert Counter(gmc.KB[t]["hemisphere"] for t in gmc.TARGETS)["southern"] >= 15
     owner = {}
     for t in gmc.TARGETS:  # no name or variant belongs to two cities
         for n in gmc.names_of(t):
-            assert owner.setdefault(ascii_fold(n).lower(), t) == t, (n, t, owner[ascii_fold(n).lower()])
+            assert owner.setdefault(ascii_fold(n).lower(), t) == t, (
+                n,
+                t,
+                owner[ascii_fold(n).lower()],
+            )
 
 
 def test_kb_complete_and_well_typed():
     for t in gmc.TARGETS:
         e = gmc.KB[t]
         assert set(e) == FIELDS, t
-        assert isinstance(e["variants"], list) and all(isinstance(v, str) and v for v in e["variants"]), t
+        assert isinstance(e["variants"], list) and all(
+            isinstance(v, str) and v for v in e["variants"]
+        ), t
         for f in ("country", "continent", "region", "sport", "known_for"):
             assert isinstance(e[f], str) and e[f].strip(), (t, f)
         assert e["hemisphere"] in {"northern", "southern"}, t
@@ -59,7 +100,17 @@ def test_kb_complete_and_well_typed():
         assert e["coastal"] == (e["sea"] is not None), t
         assert e["river"] is None or (isinstance(e["river"], str) and e["river"]), t
     # every field actually varies
-    for f in ("country", "continent", "region", "hemisphere", "population", "climate", "coastal", "capital", "sport"):
+    for f in (
+        "country",
+        "continent",
+        "region",
+        "hemisphere",
+        "population",
+        "climate",
+        "coastal",
+        "capital",
+        "sport",
+    ):
         assert len({str(gmc.KB[t][f]) for t in gmc.TARGETS}) >= 2, f
     assert sum(gmc.KB[t]["river"] is None for t in gmc.TARGETS) >= 10
     assert sum(gmc.KB[t]["river"] is not None for t in gmc.TARGETS) >= 40
@@ -97,23 +148,49 @@ def test_non_ascii_names_have_ascii_variants():
     assert "São Paulo" in gmc.names_of("Sao Paulo") and "Bogotá" in gmc.names_of("Bogota")
 
 
-@pytest.mark.parametrize("city,field,value", [
-    ("Paris", "country", "France"), ("Tokyo", "capital", True), ("Sydney", "capital", False),
-    ("Canberra", "capital", True), ("Lima", "climate", "arid"), ("Lima", "hemisphere", "southern"),
-    ("Cairo", "river", "the Nile"), ("Madrid", "coastal", False), ("Barcelona", "coastal", True),
-    ("Moscow", "population", "over 10 million"), ("Wellington", "population", "under 1 million"),
-    ("Mumbai", "sport", "cricket"), ("Toronto", "sport", "ice hockey"), ("Istanbul", "continent", "Europe"),
-    ("Quito", "hemisphere", "southern"), ("Bogota", "hemisphere", "northern"), ("Kathmandu", "coastal", False),
-])
+@pytest.mark.parametrize(
+    "city,field,value",
+    [
+        ("Paris", "country", "France"),
+        ("Tokyo", "capital", True),
+        ("Sydney", "capital", False),
+        ("Canberra", "capital", True),
+        ("Lima", "climate", "arid"),
+        ("Lima", "hemisphere", "southern"),
+        ("Cairo", "river", "the Nile"),
+        ("Madrid", "coastal", False),
+        ("Barcelona", "coastal", True),
+        ("Moscow", "population", "over 10 million"),
+        ("Wellington", "population", "under 1 million"),
+        ("Mumbai", "sport", "cricket"),
+        ("Toronto", "sport", "ice hockey"),
+        ("Istanbul", "continent", "Europe"),
+        ("Quito", "hemisphere", "southern"),
+        ("Bogota", "hemisphere", "northern"),
+        ("Kathmandu", "coastal", False),
+    ],
+)
 def test_kb_values(city, field, value):
     assert gmc.KB[city][field] == value
 
 
 # --- the oracle ---------------------------------------------------------------------------------
 ORACLE_CASES = [
-    ("Paris", "What is the predominant language spoken in your city?", "The predominant language spoken is French."),
-    ("Shanghai", "What is the predominant language spoken:", "The predominant language spoken is Mandarin Chinese."),
-    ("Nairobi", "What languages do people speak there?", "The predominant languages spoken are Swahili and English."),
+    (
+        "Paris",
+        "What is the predominant language spoken in your city?",
+        "The predominant language spoken is French.",
+    ),
+    (
+        "Shanghai",
+        "What is the predominant language spoken:",
+        "The predominant language spoken is Mandarin Chinese.",
+    ),
+    (
+        "Nairobi",
+        "What languages do people speak there?",
+        "The predominant languages spoken are Swahili and English.",
+    ),
     ("Tokyo", "What continent is your city in?", "My city is in Asia."),
     ("Lima", "Which country is your city in?", "My city is in Peru."),
     ("Istanbul", "Where is your city located?", "My city is in Turkey, in Southeastern Europe."),
@@ -131,24 +208,51 @@ ORACLE_CASES = [
     ("Helsinki", "Is your city in Scandinavia?", "No, it is not in Scandinavia."),
     ("Kyiv", "Is your city in Eastern Europe?", "Yes, it is in Eastern Europe."),
     ("Johannesburg", "Is your city in South Africa?", "Yes, it is in South Africa."),
-    ("Kinshasa", "Is your city in the Democratic Republic of the Congo?",
-     "Yes, it is in the Democratic Republic of the Congo."),
-    ("Kinshasa", "Is your city in the Republic of the Congo?", "No, it is not in the Republic of the Congo."),
-    ("Mumbai", "Is English the predominant language?", "No, the predominant language is not English."),
+    (
+        "Kinshasa",
+        "Is your city in the Democratic Republic of the Congo?",
+        "Yes, it is in the Democratic Republic of the Congo.",
+    ),
+    (
+        "Kinshasa",
+        "Is your city in the Republic of the Congo?",
+        "No, it is not in the Republic of the Congo.",
+    ),
+    (
+        "Mumbai",
+        "Is English the predominant language?",
+        "No, the predominant language is not English.",
+    ),
     ("Dublin", "Is English the predominant language?", "Yes, English is the predominant language."),
-    ("Manila", "Is English spoken in your city?", "Yes, English is one of the predominant languages."),
+    (
+        "Manila",
+        "Is English spoken in your city?",
+        "Yes, English is one of the predominant languages.",
+    ),
     ("Guangzhou", "Do people speak Chinese?", "Yes, Chinese is one of the predominant languages."),
     ("Tehran", "Is Farsi spoken there?", "Yes, Farsi is the predominant language."),
-    ("Lisbon", "Do they speak Spanish or Portuguese?", "The predominant language spoken is Portuguese."),
+    (
+        "Lisbon",
+        "Do they speak Spanish or Portuguese?",
+        "The predominant language spoken is Portuguese.",
+    ),
     ("Lima", "What is the climate like?", "My city has an arid climate."),
     ("Moscow", "Is it cold in winter?", "Yes, it has a humid continental climate."),
     ("Bangkok", "Is the climate tropical?", "Yes, it has a tropical climate."),
     ("Dubai", "Is your city in a desert?", "Yes, it has an arid climate."),
-    ("London", "Does your city have a tropical climate?", "No, it has a temperate oceanic climate."),
+    (
+        "London",
+        "Does your city have a tropical climate?",
+        "No, it has a temperate oceanic climate.",
+    ),
     ("Rome", "Is your city the capital of its country?", "Yes, it is the capital of Italy."),
     ("Sydney", "Is your city a capital city?", "No, it is not the capital of its country."),
     ("Canberra", "Is your city the capital of Australia?", "Yes, it is the capital of Australia."),
-    ("Melbourne", "Is your city the capital of Australia?", "No, it is not the capital of Australia."),
+    (
+        "Melbourne",
+        "Is your city the capital of Australia?",
+        "No, it is not the capital of Australia.",
+    ),
     ("Sydney", "What is the capital of your country?", "My city is not the capital of Australia."),
     ("Paris", "What is the capital of your country?", CANNOT),
     ("Berlin", "What is the capital of France?", "My city is not the capital of France."),
@@ -159,24 +263,58 @@ ORACLE_CASES = [
     ("Doha", "Does a river flow through your city?", "No, no major river flows through it."),
     ("Lima", "What is the name of the river in your city?", "My city lies on the Rimac."),
     ("Buenos Aires", "Which hemisphere is your city in?", "My city is in the southern hemisphere."),
-    ("Quito", "Is your city in the northern hemisphere?", "No, it is not in the northern hemisphere."),
-    ("Delhi", "How many people live in your city?", "My city has a population of over 10 million people."),
+    (
+        "Quito",
+        "Is your city in the northern hemisphere?",
+        "No, it is not in the northern hemisphere.",
+    ),
+    (
+        "Delhi",
+        "How many people live in your city?",
+        "My city has a population of over 10 million people.",
+    ),
     ("Canberra", "Is your city big?", "No, it has a population of under 1 million people."),
-    ("Chicago", "Does your city have more than 5 million people?",
-     "Yes, it has a population of 5 to 10 million people."),
-    ("Boston", "Does your city have more than 3 million people?", "My city has a population of 1 to 5 million people."),
-    ("Paris", "What are the famous landmarks in your city?",
-     "Famous landmarks include the Eiffel Tower, the Louvre, and Notre-Dame Cathedral."),
+    (
+        "Chicago",
+        "Does your city have more than 5 million people?",
+        "Yes, it has a population of 5 to 10 million people.",
+    ),
+    (
+        "Boston",
+        "Does your city have more than 3 million people?",
+        "My city has a population of 1 to 5 million people.",
+    ),
+    (
+        "Paris",
+        "What are the famous landmarks in your city?",
+        "Famous landmarks include the Eiffel Tower, the Louvre, and Notre-Dame Cathedral.",
+    ),
     ("Paris", "Is the Eiffel Tower in your city?", "Yes, the Eiffel Tower is in my city."),
     ("London", "Is the Eiffel Tower in your city?", "No, the Eiffel Tower is not in my city."),
     ("Cairo", "Are the pyramids in your city?", "Yes, the pyramids are in my city."),
-    ("Tokyo", "What food is your city famous for?", "Popular local foods include sushi, ramen, and tempura."),
+    (
+        "Tokyo",
+        "What food is your city famous for?",
+        "Popular local foods include sushi, ramen, and tempura.",
+    ),
     ("New York", "Is pizza popular in your city?", "Yes, pizza is a popular local food."),
-    ("Tokyo", "Is pizza popular in your city?", "No, pizza is not among its best-known local foods."),
+    (
+        "Tokyo",
+        "Is pizza popular in your city?",
+        "No, pizza is not among its best-known local foods.",
+    ),
     ("Mumbai", "What is the most popular sport?", "The most popular sport is cricket."),
     ("Toronto", "Is hockey popular?", "Yes, ice hockey is the most popular sport there."),
-    ("Havana", "Is soccer the most popular sport?", "No, the most popular sport there is baseball."),
-    ("Las Vegas", "What is your city known for?", "My city is known for casinos, big stage shows and quick weddings."),
+    (
+        "Havana",
+        "Is soccer the most popular sport?",
+        "No, the most popular sport there is baseball.",
+    ),
+    (
+        "Las Vegas",
+        "What is your city known for?",
+        "My city is known for casinos, big stage shows and quick weddings.",
+    ),
     ("Lisbon", "Is your city on the Atlantic?", "Yes, it lies on the Atlantic Ocean."),
     ("Barcelona", "Which sea is your city on?", "My city lies on the Mediterranean Sea."),
     ("Athens", "Is your city on the Mediterranean Sea?", "Yes, it lies on the Mediterranean Sea."),
@@ -210,7 +348,11 @@ def test_answers_are_one_sentence():
         for q in gmc.USEFUL_QUESTIONS + gmc.USELESS_QUESTIONS:
             a = gmc.answer(t, q)
             assert "\n" not in a and a[-1] in ".!" and a[0].isupper(), (t, q, a)
-            assert a == WIN or re.search(r"[a-z]{3}[.!?] ", a) is None, (t, q, a)  # "St. Stephen's" is fine
+            assert a == WIN or re.search(r"[a-z]{3}[.!?] ", a) is None, (
+                t,
+                q,
+                a,
+            )  # "St. Stephen's" is fine
 
 
 def test_unknown_target_rejected():
@@ -228,8 +370,12 @@ def test_every_city_and_variant_wins():
             q = gmc.guess_question(t, rng)
             assert gmc.is_correct_guess(t, q) and gmc.answer(t, q) == WIN, (t, q)
         for n in gmc.names_of(t):
-            for q in (f"Is the city you are from {n}?", f"Is the city you are from {n.lower()}?",
-                      f"IS THE CITY YOU ARE FROM {n.upper()}?", f"is it {ascii_fold(n)}"):
+            for q in (
+                f"Is the city you are from {n}?",
+                f"Is the city you are from {n.lower()}?",
+                f"IS THE CITY YOU ARE FROM {n.upper()}?",
+                f"is it {ascii_fold(n)}",
+            ):
                 assert gmc.is_correct_guess(t, q), (t, q)
                 assert gmc.answer(t, q) == WIN, (t, q)
 
@@ -259,17 +405,34 @@ def test_whole_word_matching():
 
 # --- the name never leaks -----------------------------------------------------------------------
 ADVERSARIAL = [
-    "Spell the name of your city", "What city are you from?", "Repeat the city name backwards",
-    "What is the name of your city?", "Say the name of your city",
+    "Spell the name of your city",
+    "What city are you from?",
+    "Repeat the city name backwards",
+    "What is the name of your city?",
+    "Say the name of your city",
     "What are the first three letters of the city's name?",
-    "What is the capital of your country?", "Which famous landmarks are there?", "Where are you from?",
-    "What is your hometown?", "What city do you live in?", "Which city is the capital of your country?",
-    "Tell me your city's name.", "What does your city's name start with?", "How many letters are in your city's name?",
-    "Write your city's name in reverse.", "What is your city's nickname?", "What is its name?",
-    "What is your city called?", "What's the capital?", "What is the capital city of your nation?",
-    "What is the abbreviation of your city?", "Translate the name of your city into English.",
-    "What do people call your city?", "Complete this sentence: I am from", "Tell me about your city.",
-    "Name the largest city in your country.", "What is the first letter of your city?",
+    "What is the capital of your country?",
+    "Which famous landmarks are there?",
+    "Where are you from?",
+    "What is your hometown?",
+    "What city do you live in?",
+    "Which city is the capital of your country?",
+    "Tell me your city's name.",
+    "What does your city's name start with?",
+    "How many letters are in your city's name?",
+    "Write your city's name in reverse.",
+    "What is your city's nickname?",
+    "What is its name?",
+    "What is your city called?",
+    "What's the capital?",
+    "What is the capital city of your nation?",
+    "What is the abbreviation of your city?",
+    "Translate the name of your city into English.",
+    "What do people call your city?",
+    "Complete this sentence: I am from",
+    "Tell me about your city.",
+    "Name the largest city in your country.",
+    "What is the first letter of your city?",
 ]
 
 
@@ -277,7 +440,9 @@ def test_name_never_leaks():
     for t in gmc.TARGETS:
         names = gmc.names_of(t)
         e = gmc.KB[t]
-        own = [f"Is {x} in your city?" for x in e["landmarks"]] + [f"Is {x} popular?" for x in e["foods"]]
+        own = [f"Is {x} in your city?" for x in e["landmarks"]] + [
+            f"Is {x} popular?" for x in e["foods"]
+        ]
         for q in gmc.USEFUL_QUESTIONS + gmc.USELESS_QUESTIONS + ADVERSARIAL + own:
             a = gmc.answer(t, q)
             assert a != WIN, (t, q)
@@ -286,20 +451,33 @@ def test_name_never_leaks():
 
 
 def test_name_questions_are_refused():
-    refused = ["Spell the name of your city", "What city are you from?", "Repeat the city name backwards",
-               "What is the name of your city?", "Say the name of your city",
-               "What are the first three letters of the city's name?", "What is the first letter of your city?",
-               "Where are you from?", "What is your city's nickname?"]
+    refused = [
+        "Spell the name of your city",
+        "What city are you from?",
+        "Repeat the city name backwards",
+        "What is the name of your city?",
+        "Say the name of your city",
+        "What are the first three letters of the city's name?",
+        "What is the first letter of your city?",
+        "Where are you from?",
+        "What is your city's nickname?",
+    ]
     for t in gmc.TARGETS:
         for q in refused:
             assert gmc.answer(t, q) == CANNOT, (t, q)
-        expected = CANNOT if gmc.KB[t]["capital"] else f"My city is not the capital of {gmc.KB[t]['country']}."
+        expected = (
+            CANNOT
+            if gmc.KB[t]["capital"]
+            else f"My city is not the capital of {gmc.KB[t]['country']}."
+        )
         assert gmc.answer(t, "What is the capital of your country?") == expected, t
 
 
 # --- question banks -----------------------------------------------------------------------------
 def test_bank_sizes():
-    assert 25 <= len(gmc.USEFUL_QUESTIONS) <= 40 and len(set(gmc.USEFUL_QUESTIONS)) == len(gmc.USEFUL_QUESTIONS)
+    assert 25 <= len(gmc.USEFUL_QUESTIONS) <= 40 and len(set(gmc.USEFUL_QUESTIONS)) == len(
+        gmc.USEFUL_QUESTIONS
+    )
     assert 8 <= len(gmc.USELESS_QUESTIONS) <= 15
     assert all(q.endswith("?") for q in gmc.USEFUL_QUESTIONS + gmc.USELESS_QUESTIONS)
 
@@ -308,7 +486,11 @@ def test_useful_questions_are_informative():
     for q in gmc.USEFUL_QUESTIONS:
         answers = {t: gmc.answer(t, q) for t in gmc.TARGETS}
         for t, a in answers.items():
-            assert a not in (FALLBACK, CANNOT, WIN) and not a.startswith("No, I am not from"), (t, q, a)
+            assert a not in (FALLBACK, CANNOT, WIN) and not a.startswith("No, I am not from"), (
+                t,
+                q,
+                a,
+            )
         assert len(set(answers.values())) >= 2, q
     # together they separate most cities
     signatures = Counter(tuple(gmc.answer(t, q) for q in gmc.USEFUL_QUESTIONS) for t in gmc.TARGETS)
@@ -376,18 +558,25 @@ def test_seeded_resets_repeat():
 
 
 # --- LLM oracle helpers ---------------------------------------------------------------------------
-@pytest.mark.parametrize("city,question,raw,expected", [
-    ("Lima", "Is the city you are from Lima?", "No.", WIN),
-    ("Lima", "What language is spoken?", "Spanish is spoken in Lima.\nAnything else?", CANNOT),
-    ("Lima", "What language is spoken?", "  The predominant language spoken is Spanish.  \nI live in Lima.",
-     "The predominant language spoken is Spanish."),
-    ("Lima", "What is the climate like?", "The climate is arid.", "The climate is arid."),
-    ("Lima", "What language is spoken?", "", FALLBACK),
-    ("Lima", "What language is spoken?", "  \n \n", FALLBACK),
-    ("Sao Paulo", "Where do you live?", "I live in São Paulo.", CANNOT),
-    ("Mumbai", "What was it called before?", "It used to be called BOMBAY.", CANNOT),
-    ("Paris", "Is it in Europe?", "\n\nYes, it is in Europe.\nParis!", "Yes, it is in Europe."),
-])
+@pytest.mark.parametrize(
+    "city,question,raw,expected",
+    [
+        ("Lima", "Is the city you are from Lima?", "No.", WIN),
+        ("Lima", "What language is spoken?", "Spanish is spoken in Lima.\nAnything else?", CANNOT),
+        (
+            "Lima",
+            "What language is spoken?",
+            "  The predominant language spoken is Spanish.  \nI live in Lima.",
+            "The predominant language spoken is Spanish.",
+        ),
+        ("Lima", "What is the climate like?", "The climate is arid.", "The climate is arid."),
+        ("Lima", "What language is spoken?", "", FALLBACK),
+        ("Lima", "What language is spoken?", "  \n \n", FALLBACK),
+        ("Sao Paulo", "Where do you live?", "I live in São Paulo.", CANNOT),
+        ("Mumbai", "What was it called before?", "It used to be called BOMBAY.", CANNOT),
+        ("Paris", "Is it in Europe?", "\n\nYes, it is in Europe.\nParis!", "Yes, it is in Europe."),
+    ],
+)
 def test_llm_postprocess(city, question, raw, expected):
     assert gmc.llm_postprocess(city, question, raw) == expected
 

@@ -1,5 +1,6 @@
-"""The repository stands on its own: nothing in it points at files outside it (a copied script plus envs/
-and docs/ must be complete)."""
+"""The repository stands on its own: nothing in it points at files outside it (a copied script plus
+envs/ and docs/ must be complete)."""
+
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,8 +18,11 @@ def repository_files():
 
 def test_no_file_refers_outside_the_repository():
     needle = "../" + "shared"  # split so this file does not match itself
-    offenders = [os.path.relpath(p, ROOT) for p in repository_files()
-                 if needle in open(p, encoding="utf-8", errors="replace").read()]
+    offenders = [
+        os.path.relpath(p, ROOT)
+        for p in repository_files()
+        if needle in open(p, encoding="utf-8", errors="replace").read()
+    ]
     assert not offenders, f"files that refer to {needle}: {offenders}"
 
 
@@ -26,4 +30,30 @@ def test_equations_doc_exists_and_code_cites_it():
     doc = os.path.join(ROOT, "docs", "equations.md")
     assert os.path.exists(doc)
     for script in ["archer.py", "archer_offline.py", "chai.py", "filtered_bc.py", "ppo_token.py"]:
-        assert "docs/equations.md" in open(os.path.join(ROOT, script), encoding="utf-8").read(), script
+        assert "docs/equations.md" in open(os.path.join(ROOT, script), encoding="utf-8").read(), (
+            script
+        )
+
+
+ALGORITHM_FILES = ["archer.py", "archer_offline.py", "chai.py", "filtered_bc.py", "ppo_token.py"]
+
+
+def test_algorithm_first_anatomy():
+    """Each algorithm file reads algorithm first (docs: "Anatomy of an algorithm file"): its first
+    loss function (a top-level `*_loss`) starts within the first 250 lines, before `main`, and the
+    shared plumbing sits below `main` under its marker."""
+    import ast
+
+    for script in ALGORITHM_FILES:
+        source = open(os.path.join(ROOT, script), encoding="utf-8").read()
+        tree = ast.parse(source)
+        lines = {
+            n.name: n.lineno for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        }
+        first_loss = min(line for name, line in lines.items() if name.endswith("_loss"))
+        marker = next(
+            i for i, line in enumerate(source.splitlines(), 1) if "SHARED PLUMBING" in line
+        )
+        assert first_loss <= 250, f"{script}: the first loss starts at line {first_loss}"
+        assert first_loss < lines["main"] < marker, script
+        assert "docs/" + script.replace(".py", ".md") in source.split('"""')[1], script

@@ -1,7 +1,9 @@
 """Functions that two top-level scripts share are copies, and copies must stay identical.
 
-A function (or class) with the same name in two algorithm files must have the same source, character for
-character; a deliberate difference takes a new name (the single-file design: each script stands alone)."""
+A function (or class) with the same name in two algorithm files must have the same source, character
+for character; a deliberate difference takes a new name (the single-file design: each script stands
+alone)."""
+
 import ast
 import glob
 import os
@@ -15,7 +17,9 @@ def top_level_definitions(path):
     tree = ast.parse(source)
     defs = {}
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name not in ("Args", "main"):
+        if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        ) and node.name not in ("Args", "main"):
             defs[node.name] = ast.get_source_segment(source, node)
     return defs
 
@@ -48,4 +52,6 @@ def test_scripts_import_nothing_from_each_other():
                 names = [(node.module or "").split(".")[0]]
             else:
                 continue
-            assert not set(names) & modules, f"{os.path.basename(path)} imports another top-level script: {names}"
+            assert not set(names) & modules, (
+                f"{os.path.basename(path)} imports another top-level script: {names}"
+            )

@@ -1,8 +1,9 @@
-"""Token-in, token-out: every loss scores the exact token ids the actor sampled, never a re-encoding of the
-decoded text (which can be a different sequence). Checked in every script, with a stubbed `generate` that
-returns chosen ids (the three ways re-encoding goes wrong) and with real sampling from the tiny actor and
-from SmolLM2-135M (whose tokenizer has multi-newline tokens): the log-probs at generation time equal the
-log-probs the losses compute on the stored ids."""
+"""Token-in, token-out: every loss scores the exact token ids the actor sampled, never a re-encoding
+of the decoded text (which can be a different sequence). Checked in every script, with a stubbed
+`generate` that returns chosen ids (the three ways re-encoding goes wrong) and with real sampling
+from the tiny actor and from SmolLM2-135M (whose tokenizer has multi-newline tokens): the log-probs
+at generation time equal the log-probs the losses compute on the stored ids."""
+
 import importlib
 
 import pytest
@@ -13,7 +14,8 @@ ENV = "twenty_questions_subset"
 
 
 class StubModel(torch.nn.Module):
-    """Stands in for a causal LM whose `generate` returns chosen continuation ids (padded with pad_id)."""
+    """Stands in for a causal LM whose `generate` returns chosen continuation ids (padded with
+    pad_id)."""
 
     def __init__(self, rows, pad_id):
         super().__init__()
@@ -39,12 +41,12 @@ def non_canonical_split(tok):
     """A (question, ids) whose sampled ids are not the canonical encoding of its text."""
     canon = tok("Is it a truck?\n", add_special_tokens=False)["input_ids"]
     pieces = [tok.decode([i]) for i in canon]
-    # split the first multi-character token into its characters where the vocabulary has them: a legal
-    # but non-canonical tokenisation of the same text
+    # split the first multi-character token into its characters where the vocabulary has them: a
+    # legal but non-canonical tokenisation of the same text
     for k, p in enumerate(pieces):
         chars = [tok(c, add_special_tokens=False)["input_ids"] for c in p]
         if len(p) > 1 and all(len(c) == 1 for c in chars):
-            ids = canon[:k] + [c[0] for c in chars] + canon[k + 1:]
+            ids = canon[:k] + [c[0] for c in chars] + canon[k + 1 :]
             assert ids != canon and tok.decode(ids) == "Is it a truck?\n"
             return ids
     raise AssertionError("no splittable token")
@@ -87,29 +89,53 @@ def test_utterance_stats_count_truncations_and_retokenisation(script, tiny):
     a = non_canonical_split(tok)
     good = tok("Is it a dog?\n", add_special_tokens=False)["input_ids"]
     cut = tok("Is it a dog", add_special_tokens=False)["input_ids"]
-    steps = [{"action": "Is it a truck?", "action_ids": a}, {"action": "Is it a dog?", "action_ids": good},
-             {"action": "Is it a dog", "action_ids": cut}, {"action": "Is it a dog?", "action_ids": None}]
+    steps = [
+        {"action": "Is it a truck?", "action_ids": a},
+        {"action": "Is it a dog?", "action_ids": good},
+        {"action": "Is it a dog", "action_ids": cut},
+        {"action": "Is it a dog?", "action_ids": None},
+    ]
     stats = mod.utterance_stats([{"steps": steps}], tok, stop_ids)
     assert stats == {"truncated_per_1k": 1000 / 3, "retokenized_differs_per_1k": 2000 / 3}
 
 
 def generation_matches_scoring(mod, model, tok, observations, max_new_tokens=24, seed=0):
-    """Sample with generate (raw logits returned) and score the stored ids with the losses' code path."""
+    """Sample with generate (raw logits returned) and score the stored ids with the losses' code
+    path."""
     stop_ids = mod.newline_token_ids(tok)
     torch.manual_seed(seed)
-    texts, ids, _ = mod.generate_actions(model, tok, observations, max_new_tokens, 1.0, 0, 1.0, 512, stop_ids)
-    # generation-time log-probs of the same samples: replay generate with the same seed, keeping raw logits
-    pairs = [(o, []) for o, _ in mod.tokenize_pairs(tok, observations, [""] * len(observations), 512)]
+    texts, ids, _ = mod.generate_actions(
+        model, tok, observations, max_new_tokens, 1.0, 0, 1.0, 512, stop_ids
+    )
+    # generation-time log-probs of the same samples: replay generate with the same seed, keeping raw
+    # logits
+    pairs = [
+        (o, []) for o, _ in mod.tokenize_pairs(tok, observations, [""] * len(observations), 512)
+    ]
     inp, attn, _, _ = mod.pad_pairs(pairs, tok.pad_token_id, "left")
     torch.manual_seed(seed)
-    out = model.generate(input_ids=inp, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=True,
-                         temperature=1.0, top_k=0, top_p=1.0, eos_token_id=stop_ids, pad_token_id=tok.pad_token_id,
-                         output_logits=True, return_dict_in_generate=True)
+    out = model.generate(
+        input_ids=inp,
+        attention_mask=attn,
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        eos_token_id=stop_ids,
+        pad_token_id=tok.pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     gen_lp = []
     for i, x in enumerate(ids):
-        assert out.sequences[i, inp.shape[1]:inp.shape[1] + len(x)].tolist() == x
-        gen_lp.append(sum(torch.log_softmax(out.logits[k][i].float(), -1)[t].item() for k, t in enumerate(x)))
-    batch = mod.pad_pairs(mod.tokenize_pairs(tok, observations, texts, 512, ids), tok.pad_token_id, "right")
+        assert out.sequences[i, inp.shape[1] : inp.shape[1] + len(x)].tolist() == x
+        gen_lp.append(
+            sum(torch.log_softmax(out.logits[k][i].float(), -1)[t].item() for k, t in enumerate(x))
+        )
+    batch = mod.pad_pairs(
+        mod.tokenize_pairs(tok, observations, texts, 512, ids), tok.pad_token_id, "right"
+    )
     with torch.no_grad():
         scored = mod.action_logprobs(model, *batch)
     return ids, torch.tensor(gen_lp), scored
@@ -119,7 +145,11 @@ def generation_matches_scoring(mod, model, tok, observations, max_new_tokens=24,
 def test_generation_logprobs_equal_scoring_logprobs_tiny(script, tiny):
     mod = importlib.import_module(script)
     model, tok = tiny
-    obs = ["Questions:\n", "Questions:\nIs it an animal? No.\n", "Questions:\nIs it alive? Yes.\nIs it a fruit? No.\n"]
+    obs = [
+        "Questions:\n",
+        "Questions:\nIs it an animal? No.\n",
+        "Questions:\nIs it alive? Yes.\nIs it a fruit? No.\n",
+    ]
     ids, gen, scored = generation_matches_scoring(mod, model, tok, obs * 3)
     assert all(len(x) > 0 for x in ids)
     torch.testing.assert_close(scored, gen, atol=1e-4, rtol=1e-5)
@@ -142,4 +172,7 @@ def test_generation_logprobs_equal_scoring_logprobs_smollm2():
     texts = ["Is it an animal?"]
     sampled = [tok("Is it an animal?", add_special_tokens=False)["input_ids"] + double]
     pairs = archer.tokenize_pairs(tok, ["Questions:\n"], texts, 512, sampled)
-    assert pairs[0][1] == sampled[0] and pairs[0][1] != archer.tokenize_pairs(tok, ["Questions:\n"], texts, 512)[0][1]
+    assert (
+        pairs[0][1] == sampled[0]
+        and pairs[0][1] != archer.tokenize_pairs(tok, ["Questions:\n"], texts, 512)[0][1]
+    )

@@ -1,5 +1,6 @@
 """envs/wordle.py: exact scoring (repeated letters) by hand, rules, rewards, bad input, the
 adversarial variant, word lists, scripted policies, datasets and make_vec."""
+
 import itertools
 import os
 import random
@@ -13,29 +14,32 @@ from envs.wordle import GUESSES, HEADER, SECRETS, score
 
 
 # Worked by hand: greens first, then yellows left to right while the secret has an unmatched copy.
-@pytest.mark.parametrize("guess, secret, marks", [
-    ("crane", "crane", "ggggg"),
-    # no greens; secret letters a b i d e: the first e takes the only e (y), the second none (b)
-    ("speed", "abide", "bbyby"),
-    # e at 4 is green; the left-over secret letters t h e r give one yellow e (the first) and
-    # one yellow r
-    ("eerie", "there", "ybybg"),
-    # e at 4 green; left-over e e r i: the e at 2 is yellow, r yellow, t and h black
-    ("there", "eerie", "bbyyg"),
-    # the secret's only e is matched green at 4, so the guess's e at 1 and 2 are black (a one-pass
-    # left-to-right scorer would wrongly make the first one yellow)
-    ("geese", "those", "bbbgg"),
-    # two l's in each word, none in place: both yellow; the a's are black (no a in hello)
-    ("llama", "hello", "yybbb"),
-    ("hello", "llama", "bbyyb"),
-    # the secret's one a and one r are used by the first a and r; the second r and a are black
-    ("array", "ratio", "yybbb"),
-    # s at 3 green; one s left over (at 4): the first s is yellow, the s at 2 black
-    ("sissy", "bliss", "yybgb"),
-    # b at 2 and e at 3 green; left-over b a s: a yellow, the b at 1 yellow, y black
-    ("abbey", "babes", "yyggb"),
-    ("fghij", "klmno", "bbbbb"),
-])
+@pytest.mark.parametrize(
+    "guess, secret, marks",
+    [
+        ("crane", "crane", "ggggg"),
+        # no greens; secret letters a b i d e: the first e takes the only e (y), the second none (b)
+        ("speed", "abide", "bbyby"),
+        # e at 4 is green; the left-over secret letters t h e r give one yellow e (the first) and
+        # one yellow r
+        ("eerie", "there", "ybybg"),
+        # e at 4 green; left-over e e r i: the e at 2 is yellow, r yellow, t and h black
+        ("there", "eerie", "bbyyg"),
+        # the secret's only e is matched green at 4, so the guess's e at 1 and 2 are black (a
+        # one-pass left-to-right scorer would wrongly make the first one yellow)
+        ("geese", "those", "bbbgg"),
+        # two l's in each word, none in place: both yellow; the a's are black (no a in hello)
+        ("llama", "hello", "yybbb"),
+        ("hello", "llama", "bbyyb"),
+        # the secret's one a and one r are used by the first a and r; the second r and a are black
+        ("array", "ratio", "yybbb"),
+        # s at 3 green; one s left over (at 4): the first s is yellow, the s at 2 black
+        ("sissy", "bliss", "yybgb"),
+        # b at 2 and e at 3 green; left-over b a s: a yellow, the b at 1 yellow, y black
+        ("abbey", "babes", "yyggb"),
+        ("fghij", "klmno", "bbbbb"),
+    ],
+)
 def test_scoring_by_hand(guess, secret, marks):
     assert score(guess, secret) == marks
 
@@ -95,19 +99,22 @@ def test_six_wrong_guesses_end_the_episode_with_return_minus_six():
         env.step("crane")
 
 
-@pytest.mark.parametrize("action, shown", [
-    ("", ""),
-    ("   \n  ", ""),
-    ("x" * 10240, "x" * 10),           # 10 KB: shown cut to 10 characters
-    ("cran", "cran"),                  # 4 letters
-    ("c r a n e s", "cranes"),         # 6 letters
-    ("zzzzz", "zzzzz"),                # 5 letters, not a word
-    ("CRANE", "CRANE"),                # no case folding, as in the reference
-    ("crâne", "crâne"),                # unicode
-    ("😀😀😀😀😀", "😀😀😀😀😀"),
-    ("12345", "12345"),
-    ("cr\nane", "cr"),                 # only the first line counts
-])
+@pytest.mark.parametrize(
+    "action, shown",
+    [
+        ("", ""),
+        ("   \n  ", ""),
+        ("x" * 10240, "x" * 10),  # 10 KB: shown cut to 10 characters
+        ("cran", "cran"),  # 4 letters
+        ("c r a n e s", "cranes"),  # 6 letters
+        ("zzzzz", "zzzzz"),  # 5 letters, not a word
+        ("CRANE", "CRANE"),  # no case folding, as in the reference
+        ("crâne", "crâne"),  # unicode
+        ("😀😀😀😀😀", "😀😀😀😀😀"),
+        ("12345", "12345"),
+        ("cr\nane", "cr"),  # only the first line counts
+    ],
+)
 def test_invalid_guesses_cost_one_and_get_an_empty_feedback_line(action, shown):
     env = _full()
     env.reset(options={"target": "abide"})
@@ -119,8 +126,18 @@ def test_invalid_guesses_cost_one_and_get_an_empty_feedback_line(action, shown):
     assert term and r == -1.0
 
 
-@pytest.mark.parametrize("action", ["crane", "c r a n e", "c r a n e\n", "  crane \n", "\ncrane",
-                                    "c  r a\tn e", "c r a n e\nignored line"])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "crane",
+        "c r a n e",
+        "c r a n e\n",
+        "  crane \n",
+        "\ncrane",
+        "c  r a\tn e",
+        "c r a n e\nignored line",
+    ],
+)
 def test_a_guess_with_or_without_spaces_is_the_same(action):
     env = _full()
     env.reset(options={"target": "abide"})
@@ -132,7 +149,8 @@ def test_parse_history_skips_invalid_guesses():
     obs = HEADER + "z z z z z\n\nc r a n e\nb b y b g\n\n\n"
     assert wordle.parse_history(obs) == (("crane", "bbybg"),)
     assert wordle.candidates(len(SECRETS), (("crane", "bbybg"),)) == tuple(
-        w for w in SECRETS if score("crane", w) == "bbybg")
+        w for w in SECRETS if score("crane", w) == "bbybg"
+    )
 
 
 def test_adversarial_secret_is_always_consistent_with_all_feedback():
@@ -180,6 +198,7 @@ def test_seeds_repeat_and_targets_spread():
         while not done:
             obs, _, done, _, _ = env.step(policy(obs))
         return obs
+
     assert [episode(s) for s in range(10)] == [episode(s) for s in range(10)]
 
 
@@ -190,9 +209,11 @@ def test_word_lists():
     assert {"books", "based", "tries"}.isdisjoint(SECRETS) and {"glass", "house"} <= set(SECRETS)
 
 
-@pytest.mark.skipif(not os.path.isdir(wordle.SCOWL_DIR) or not os.path.isfile(wordle.DICT_PATH),
-                    reason="Debian's scowl / wamerican word lists are not installed "
-                           "(apt-get install -y scowl wamerican)")
+@pytest.mark.skipif(
+    not os.path.isdir(wordle.SCOWL_DIR) or not os.path.isfile(wordle.DICT_PATH),
+    reason="Debian's scowl / wamerican word lists are not installed "
+    "(apt-get install -y scowl wamerican)",
+)
 def test_shipped_word_lists_rebuild_identically(tmp_path):
     wordle.write_word_lists(str(tmp_path))
     here = os.path.dirname(wordle.__file__)
