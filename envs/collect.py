@@ -7,6 +7,7 @@ python -m envs.collect --env twenty_questions_subset --episodes 10000 --seed 0 \
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -100,6 +101,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.episodes < 1:
         p.error("--episodes must be >= 1")
+    if args.out and os.path.isdir(args.out):
+        p.error(f"--out {args.out}: a directory; give a file name such as {args.out}/data.jsonl")
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        p.error(f"--out {args.out}: its folder does not exist")
     start = time.time()
     trajs = collect_scripted(args.env, args.episodes, args.seed, args.mode, progress=True)
     if args.out:

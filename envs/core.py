@@ -60,6 +60,12 @@ def parse_history(obs: str) -> list[str]:
     return [line for line in body.split("\n") if line]
 
 
+def check_action(name: str, action) -> None:
+    """Every env's step() starts here: the action is the agent's utterance, a str."""
+    if not isinstance(action, str):
+        raise TypeError(f"{name}: step() takes the utterance as a str, got {type(action).__name__}")
+
+
 def reset_target(name: str, options: dict | None, targets: list[str], valid: str | None = None):
     """The target a ``reset(options=...)`` asks for (None if none), after checking that "target" is
     the only option and that it is one of ``targets``; the errors name the env and the valid choices
@@ -107,6 +113,7 @@ class QuestionGame:
 
     def step(self, action: str):
         """Ask one question. Returns (obs, reward, terminated, truncated, info)."""
+        check_action(self.name, action)
         if self.done:
             raise RuntimeError(
                 f"{self.name}: step() called on a finished episode; call reset() first"

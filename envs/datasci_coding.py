@@ -53,7 +53,7 @@ import weakref
 
 import numpy as np
 
-from .core import reset_target
+from .core import check_action, reset_target
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_runner.py")
 PENALTY = -1.0  # the reference's constant reward for a program that fails
@@ -636,6 +636,7 @@ class DataSciCodingEnv:
 
     def step(self, action: str):
         """Run one program. Returns (obs, reward, terminated, truncated, info)."""
+        check_action(self.name, action)
         if self.done:
             raise RuntimeError(
                 f"{self.name}: step() called on a finished episode; call reset() first"

@@ -94,6 +94,17 @@ def load_dataset(path: str, env: str | None = None, keep_action_ids: bool = Fals
         raise FileNotFoundError(
             f"{path}: no such dataset file (make one with `python -m envs.collect --out {path}`)"
         )
+    if os.path.isdir(path):
+        raise ValueError(f"{path}: a directory, not a dataset file")
+    try:
+        return _read_lines(path, env, keep_action_ids)
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); a dataset is JSON Lines"
+        ) from None
+
+
+def _read_lines(path: str, env: str | None, keep_action_ids: bool) -> list[dict]:
     trajs = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

@@ -43,7 +43,7 @@ import os
 import random
 import re
 
-from .core import reset_target
+from .core import check_action, reset_target
 
 HEADER = "Wordle:\n"
 N_LETTERS, MAX_GUESSES = 5, 6
@@ -175,6 +175,7 @@ class Wordle:
 
     def step(self, action: str):
         """Make one guess. Returns (obs, reward, terminated, truncated, info)."""
+        check_action(self.name, action)
         if self.done:
             raise RuntimeError("wordle: step() called on a finished episode; call reset() first")
         guess = parse_guess(action if isinstance(action, str) else str(action))
