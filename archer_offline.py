@@ -14,23 +14,41 @@ Usage, logged metrics, implementation choices and results: docs/archer_offline.m
 """
 
 import copy
+import importlib.util
 import json
 import os
 import random
 import shutil
+import sys
 import time
-from dataclasses import asdict, dataclass
+import zipfile
+from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
 import numpy as np
 import torch
 import tyro
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
+RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
+    "resume",
+    "iterations",
+    "checkpoint_every",
+    "eval_every",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "save_model",
+    "device",
+    "output_dir",
+    "torch_threads",
+)
 
 
 @dataclass
@@ -44,6 +62,8 @@ class Args:
     """set torch.backends.cudnn.deterministic"""
     device: str = "auto"
     """'auto' (GPU if available), 'cpu' or 'cuda'"""
+    torch_threads: int = 0
+    """CPU threads of torch (0 = torch's default; use 1 when several runs share the cores)"""
     track: bool = False
     """log to Weights & Biases"""
     wandb_project_name: str = "turnrl"
@@ -328,14 +348,17 @@ def fresh_actions_and_advantages(
 
 
 def main(args: Args):
-    if not args.dataset and args.scripted_episodes <= 0:
-        raise SystemExit(
-            "offline training needs data: --dataset FILE.jsonl or --scripted-episodes N > 0"
-        )
+    if args.resume:
+        restore_args(args)  # the run's own arguments
+    check_args(args)
+    if not args.dataset and args.scripted_episodes == 0:
+        raise SystemExit("offline training needs data: --dataset FILE or --scripted-episodes N > 0")
     accelerator = Accelerator(cpu=args.device == "cpu")
     args.world_size = accelerator.num_processes
     run_dir, writer = start_run(args, accelerator)
     seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     dev = accelerator.device
 
     # The dataset: every process holds all of it, as transitions (s, a, r, s', a', d)
@@ -380,17 +403,20 @@ def main(args: Args):
     stop_ids = newline_token_ids(tokenizer)
 
     # What a checkpoint keeps besides models and optimisers (accelerate also saves every RNG)
+    # (batch_rng draws the same batches on every process; each takes its shard)
     state = RunState(
+        resumes=[],
         iteration=0,
         start_eval=None,
         history=[],
         wall_time_s=0.0,
         transitions=len(transitions),
         batch_rng=random.Random(args.seed * 7919),
-    )  # same on every process
+    )
     accelerator.register_for_checkpointing(target, state)
     if args.resume:
         accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+        state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
         if state.transitions != len(transitions):
             raise SystemExit(
                 f"--resume {run_dir}: the checkpoint was trained on {state.transitions} "
@@ -439,9 +465,8 @@ def main(args: Args):
                 )
                 if args.critic_loss == "sarsa":
                     lq = sarsa_q_loss(q1, q2, r, d, b1, b2, args.gamma)
-                    lv = expectile_loss(
-                        v1, v2, q1_t, q2_t, 0.5
-                    )  # V^β(s): (half) the MSE to Q̄(s, a_data)
+                    # V^β(s): (half) the MSE to Q̄(s, a_data)
+                    lv = expectile_loss(v1, v2, q1_t, q2_t, 0.5)
                 else:
                     lq = q_loss(q1, q2, r, d, b1, b2, args.gamma)  # Eq. (1) on dataset transitions
                     lv = expectile_loss(v1, v2, q1_t, q2_t, args.expectile)  # Eq. (6)
@@ -569,6 +594,7 @@ def main(args: Args):
         "dataset": data_stats,
         "wall_time_s": time.time() - t0,
         "history": state.history,
+        "resumes": state.resumes,
     }
     accelerator.print(
         f"final eval: return {final['return']:.2f} ± {final['return_se']:.2f} success "
@@ -693,9 +719,8 @@ def load_actor(
             ) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    for m in (
-        model.modules()
-    ):  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+    # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+    for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     if gradient_checkpointing:
@@ -769,9 +794,8 @@ def load_critic(name: str, env_name: str, dtype: str = "float32"):
     pooling = "first" if encoder.config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "last"
     critic = Critic(encoder, pooling)
     if heads is not None:
-        critic.load_state_dict(
-            {**critic.state_dict(), **heads}
-        )  # strict: every head key must match
+        # strict: every head key must match
+        critic.load_state_dict({**critic.state_dict(), **heads})
     return critic, tokenizer
 
 
@@ -1014,28 +1038,115 @@ class RunState:
         self.__dict__.update(values)
 
 
-def start_run(args, accelerator):
-    """Check the env and --resume, then (main process) the run directory, args.json and TensorBoard
-    (wandb mirrors TensorBoard with --track). Returns (run_dir, writer); writer is None off the main
-    process."""
+def restore_args(args):
+    """--resume RUN_DIR: continue with the run's own arguments (its args.json). Operational flags
+    (RESUMABLE) given on the command line replace the run's; any other flag given with a value that
+    differs from the run's is refused, naming the flag. "Given" means: not its default value."""
+    path = os.path.join(args.resume, "args.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--resume {args.resume}: no checkpoint found (no run directory there)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--resume {args.resume}: {path} is unreadable ({e})") from None
+    defaults = type(args)()
+    for field in fields(args):
+        name, given = field.name, getattr(args, field.name)
+        if name in ("run_name", "world_size") or name not in saved:
+            continue
+        if given == getattr(defaults, name) or (name not in RESUMABLE and given == saved[name]):
+            setattr(args, name, saved[name])
+        elif name not in RESUMABLE:
+            raise SystemExit(
+                f"--{name.replace('_', '-')} {given!r}: the resumed run has {saved[name]!r}; a "
+                f"resumed run keeps its arguments (only --{', --'.join(RESUMABLE)} may change)"
+            )
+    args.resume = os.path.normpath(args.resume)
+
+
+def check_checkpoint(run_dir: str):
+    """The checkpoint of a run to resume must be complete: every file accelerate wrote is a whole
+    torch archive, and the tokenizer is there. Otherwise one line naming the file."""
+    ckpt = os.path.join(run_dir, "checkpoint")
+    if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
+        os.replace(ckpt + ".old", ckpt)
+    if not os.path.isdir(ckpt):
+        raise SystemExit(f"--resume {run_dir}: no checkpoint found at {ckpt}")
+    names = sorted(os.listdir(ckpt))
+    for need in ("random_states_0.pkl", "pytorch_model.bin", "tokenizer"):
+        if need not in names:
+            raise SystemExit(
+                f"--resume {run_dir}: the checkpoint is incomplete ({need} is missing)"
+            )
+    for name in names:
+        path = os.path.join(ckpt, name)
+        if name.endswith((".bin", ".pkl")) and not zipfile.is_zipfile(path):
+            raise SystemExit(f"--resume {run_dir}: {path} is corrupted (not a whole torch file)")
+    if not os.path.isfile(os.path.join(ckpt, "tokenizer", "tokenizer_config.json")):
+        raise SystemExit(f"--resume {run_dir}: the checkpoint's tokenizer is incomplete")
+
+
+def check_args(args):
+    """Validate every argument before anything is loaded or written: a bad one raises SystemExit
+    with one line naming the flag (from the command line: stderr and exit status 2)."""
+
+    def bad(name, message):
+        raise SystemExit(f"--{name.replace('_', '-')}: {message}")
+
     if args.env not in envs.names():
-        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
+        bad("env", f"{args.env!r} is not a known env; choose one of {', '.join(envs.names())}")
+    for field in fields(args):
+        name, value = field.name, getattr(args, field.name)
+        if isinstance(value, bool) or name in ("seed", "world_size"):
+            continue
+        least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)
+        if isinstance(value, int) and value < least:
+            bad(name, f"must be at least {least}, got {value}")
+        if isinstance(value, float) and name.endswith("lr") and not value > 0:
+            bad(name, f"a learning rate must be > 0, got {value}")
+        unit = ("gamma", "tau", "rho", "offline_rho", "gae_lambda", "top_p", "expectile")
+        if isinstance(value, float) and name in unit and not 0 <= value <= 1:
+            bad(name, f"must lie in [0, 1], got {value}")
+    if args.dtype not in ("float32", "bfloat16", "float16"):
+        bad("dtype", f"{args.dtype!r}: choose float32, bfloat16 or float16")
+    if args.track and importlib.util.find_spec("wandb") is None:
+        bad("track", "needs wandb (pip install wandb)")
+    for name in ("actor", "critic", "baseline"):  # a local path must hold a saved model
+        path = getattr(args, name, None) or ""
+        if os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") > 1:
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                bad(name, f"{path}: no saved model there (no config.json)")
+    if getattr(args, "dataset", None):
+        try:
+            envs.load_dataset(args.dataset, env=args.env)
+        except (OSError, ValueError) as e:
+            bad("dataset", str(e))
     if args.resume:
-        ckpt = os.path.join(args.resume, "checkpoint")
-        if not os.path.exists(os.path.join(ckpt, "random_states_0.pkl")):
-            raise SystemExit(f"--resume {args.resume}: no checkpoint found at {ckpt}")
-        args.run_name = os.path.basename(os.path.normpath(args.resume))
-        run_dir = args.resume
-    else:
-        args.run_name = (
-            args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        )
-        run_dir = os.path.join(args.output_dir, args.run_name)
+        check_checkpoint(args.resume)
+
+
+def start_run(args, accelerator):
+    """(Main process) a new run directory, never shared with another run, with args.json, or the
+    resumed one; TensorBoard (wandb mirrors it with --track). Returns (run_dir, writer); writer is
+    None off the main process."""
+    if args.resume:
+        args.run_name = os.path.basename(args.resume)
+    elif accelerator.is_main_process:
+        base = args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        for k in range(1000):  # another run may have taken the name (same second, same seed)
+            args.run_name = base if k == 0 else f"{base}-{k}"
+            try:
+                os.makedirs(os.path.join(args.output_dir, args.run_name))
+                break
+            except FileExistsError:
+                continue
+        with open(os.path.join(args.output_dir, args.run_name, "args.json"), "w") as f:
+            json.dump(asdict(args), f, indent=2)
+    args.run_name = broadcast_object_list([args.run_name])[0]  # every process: the same name
+    run_dir = args.resume or os.path.join(args.output_dir, args.run_name)
     if not accelerator.is_main_process:
         return run_dir, None
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump(asdict(args), f, indent=2)
     if args.track:
         import wandb
 
@@ -1137,5 +1248,18 @@ def finish_run(run_dir: str, writer, args, summary: dict):
         wandb.finish()
 
 
+def cli_main():
+    """The command line: stdout line-buffered (progress reaches log files as it happens), and bad
+    input (a SystemExit with a message) printed as one line on stderr with exit status 2."""
+    sys.stdout.reconfigure(line_buffering=True)
+    try:
+        main(tyro.cli(Args))
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        print(e.code, file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    cli_main()

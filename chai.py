@@ -14,25 +14,43 @@ Usage, logged metrics, implementation choices and results: docs/chai.md.
 """
 
 import copy
+import importlib.util
 import json
 import os
 import random
 import shutil
+import sys
 import time
+import zipfile
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import numpy as np
 import torch
 import tyro
 from accelerate import Accelerator
-from accelerate.utils import gather_object
+from accelerate.utils import broadcast_object_list, gather_object
 from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
+AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
+RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
+    "resume",
+    "iterations",
+    "checkpoint_every",
+    "eval_every",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "save_model",
+    "device",
+    "output_dir",
+    "torch_threads",
+)
 
 
 @dataclass
@@ -46,6 +64,8 @@ class Args:
     """set torch.backends.cudnn.deterministic"""
     device: str = "auto"
     """'auto' (GPU if available), 'cpu' or 'cuda'"""
+    torch_threads: int = 0
+    """CPU threads of torch (0 = torch's default; use 1 when several runs share the cores)"""
     track: bool = False
     """log to Weights & Biases"""
     wandb_project_name: str = "turnrl"
@@ -322,15 +342,23 @@ def to_transitions(trajs):
 
 
 def main(args: Args):
-    if args.k < 1 or args.temperature <= 0:
+    if args.resume:
+        restore_args(args)  # the run's own arguments
+    check_args(args)
+    if args.temperature <= 0:
         raise SystemExit(
-            "CHAI needs --k >= 1 and --temperature > 0 (greedy decoding makes the k "
-            "candidates identical)"
+            "--temperature must be > 0 for CHAI: greedy k candidates would be identical"
+        )
+    if (args.bc_steps > 0 or args.offline) and not args.dataset and args.scripted_episodes == 0:
+        raise SystemExit(
+            "--bc-steps > 0 and --offline need --dataset FILE or --scripted-episodes N > 0"
         )
     accelerator = Accelerator(cpu=args.device == "cpu")
     args.world_size = accelerator.num_processes
     run_dir, writer = start_run(args, accelerator)
     seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     dev = accelerator.device
 
     # Models: the actor π (trained only by the BC warm start, then frozen), critic {Q_θ1,2, V_ψ1,2}
@@ -360,19 +388,23 @@ def main(args: Args):
 
     # What a checkpoint keeps besides models and optimisers (accelerate also saves every RNG)
     buffer = deque(maxlen=None if args.offline else args.buffer_size)  # offline: all data is kept
+    # (batch_rng draws the same batches on every process; each takes its shard)
     state = RunState(
+        resumes=[],
         iteration=0,
         episodes=0,
         bc_done=False,
+        bc_step=0,
         start_eval=None,
         history=[],
         wall_time_s=0.0,
         buffer=buffer,
         batch_rng=random.Random(args.seed * 7919),
-    )  # same on every process
+    )
     accelerator.register_for_checkpointing(target, state)
     if args.resume:
         accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+        state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
         accelerator.print(
             f"resumed {run_dir} at iteration {state.iteration} ({state.episodes} episodes)"
         )
@@ -398,17 +430,22 @@ def main(args: Args):
             f"BC warm start on {len(data)} episodes (mean return {s['mean_return']:.2f}, "
             f"success {s['success_rate']:.2f})"
         )
-        for step in range(1, args.bc_steps + 1):
+        shown = time.time()
+        for step in range(state.bc_step + 1, args.bc_steps + 1):
             pairs = shard(sample_pairs(data, args.batch_size, batch_rng), accelerator)
             loss, grad_norm = bc_step(actor, bc_opt, accelerator, tokenizer, pairs, args)
             log_metrics(writer, {"losses/bc_nll": loss}, step)
-            if step % max(1, args.bc_steps // 5) == 0 or step == args.bc_steps:
+            last = step == args.bc_steps
+            if step % max(1, args.bc_steps // 5) == 0 or last or time.time() - shown > 30:
+                shown = time.time()
                 accelerator.print(
                     f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}"
                 )
-    raw_actor.requires_grad_(
-        False
-    )  # ---- from here on the actor is frozen: CHAI never updates it ----
+            if args.checkpoint_every and step % BC_CHECKPOINT_STEPS == 0 and step < args.bc_steps:
+                state.bc_step = step  # a long warm start is not lost
+                save_checkpoint(accelerator, run_dir, tokenizer)
+    # ---- from here on the actor is frozen: CHAI never updates it ----
+    raw_actor.requires_grad_(False)
     if state.start_eval is None:
         ev = evaluate(raw_actor, tokenizer, args)
         ev_chai = evaluate_chai(raw_actor, tokenizer, target, critic_tok, args)
@@ -489,13 +526,11 @@ def main(args: Args):
                     v1_next, v2_next = target.value(*s_next)  # Eq. (1)'s target V̄(s')
                 q1, q2, v1, v2 = critic(*s, *a)
                 lq = q_loss(q1, q2, r, d, v1_next, v2_next, args.gamma)  # Eq. (1)
-                lv = chai_v_loss(
-                    v1, v2, q1_t, q2_t, chai_select(q1_t, q2_t)
-                )  # V(s) → Q̄(s, a_CHAI(s))
+                # V(s) → Q̄(s, a_CHAI(s))
+                lv = chai_v_loss(v1, v2, q1_t, q2_t, chai_select(q1_t, q2_t))
                 lc = torch.zeros((), device=dev)
-                if (
-                    args.offline and args.cql_alpha > 0
-                ):  # CQL on the online Q of the same k candidates
+                # CQL on the online Q of the same k candidates
+                if args.offline and args.cql_alpha > 0:
                     rep = [o for o in states for _ in range(args.k)]
                     flat = [c for cs in cands for c in cs]
                     qc1, qc2, _, _ = critic(
@@ -584,6 +619,7 @@ def main(args: Args):
         "mean_iteration_time_s": float(np.mean(times)) if times else float("nan"),
         "wall_time_s": time.time() - t0,
         "history": state.history,
+        "resumes": state.resumes,
     }
     accelerator.print(
         f"final eval (CHAI, k={args.k}): return {final['return']:.2f} ± {final['return_se']:.2f} "
@@ -708,9 +744,8 @@ def load_actor(
             ) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    for m in (
-        model.modules()
-    ):  # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+    # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+    for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     if gradient_checkpointing:
@@ -784,9 +819,8 @@ def load_critic(name: str, env_name: str, dtype: str = "float32"):
     pooling = "first" if encoder.config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "last"
     critic = Critic(encoder, pooling)
     if heads is not None:
-        critic.load_state_dict(
-            {**critic.state_dict(), **heads}
-        )  # strict: every head key must match
+        # strict: every head key must match
+        critic.load_state_dict({**critic.state_dict(), **heads})
     return critic, tokenizer
 
 
@@ -1085,28 +1119,115 @@ class RunState:
         self.__dict__.update(values)
 
 
-def start_run(args, accelerator):
-    """Check the env and --resume, then (main process) the run directory, args.json and TensorBoard
-    (wandb mirrors TensorBoard with --track). Returns (run_dir, writer); writer is None off the main
-    process."""
+def restore_args(args):
+    """--resume RUN_DIR: continue with the run's own arguments (its args.json). Operational flags
+    (RESUMABLE) given on the command line replace the run's; any other flag given with a value that
+    differs from the run's is refused, naming the flag. "Given" means: not its default value."""
+    path = os.path.join(args.resume, "args.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--resume {args.resume}: no checkpoint found (no run directory there)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--resume {args.resume}: {path} is unreadable ({e})") from None
+    defaults = type(args)()
+    for field in fields(args):
+        name, given = field.name, getattr(args, field.name)
+        if name in ("run_name", "world_size") or name not in saved:
+            continue
+        if given == getattr(defaults, name) or (name not in RESUMABLE and given == saved[name]):
+            setattr(args, name, saved[name])
+        elif name not in RESUMABLE:
+            raise SystemExit(
+                f"--{name.replace('_', '-')} {given!r}: the resumed run has {saved[name]!r}; a "
+                f"resumed run keeps its arguments (only --{', --'.join(RESUMABLE)} may change)"
+            )
+    args.resume = os.path.normpath(args.resume)
+
+
+def check_checkpoint(run_dir: str):
+    """The checkpoint of a run to resume must be complete: every file accelerate wrote is a whole
+    torch archive, and the tokenizer is there. Otherwise one line naming the file."""
+    ckpt = os.path.join(run_dir, "checkpoint")
+    if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
+        os.replace(ckpt + ".old", ckpt)
+    if not os.path.isdir(ckpt):
+        raise SystemExit(f"--resume {run_dir}: no checkpoint found at {ckpt}")
+    names = sorted(os.listdir(ckpt))
+    for need in ("random_states_0.pkl", "pytorch_model.bin", "tokenizer"):
+        if need not in names:
+            raise SystemExit(
+                f"--resume {run_dir}: the checkpoint is incomplete ({need} is missing)"
+            )
+    for name in names:
+        path = os.path.join(ckpt, name)
+        if name.endswith((".bin", ".pkl")) and not zipfile.is_zipfile(path):
+            raise SystemExit(f"--resume {run_dir}: {path} is corrupted (not a whole torch file)")
+    if not os.path.isfile(os.path.join(ckpt, "tokenizer", "tokenizer_config.json")):
+        raise SystemExit(f"--resume {run_dir}: the checkpoint's tokenizer is incomplete")
+
+
+def check_args(args):
+    """Validate every argument before anything is loaded or written: a bad one raises SystemExit
+    with one line naming the flag (from the command line: stderr and exit status 2)."""
+
+    def bad(name, message):
+        raise SystemExit(f"--{name.replace('_', '-')}: {message}")
+
     if args.env not in envs.names():
-        raise SystemExit(f"--env {args.env!r} is not a known env; choose one of {envs.names()}")
+        bad("env", f"{args.env!r} is not a known env; choose one of {', '.join(envs.names())}")
+    for field in fields(args):
+        name, value = field.name, getattr(args, field.name)
+        if isinstance(value, bool) or name in ("seed", "world_size"):
+            continue
+        least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)
+        if isinstance(value, int) and value < least:
+            bad(name, f"must be at least {least}, got {value}")
+        if isinstance(value, float) and name.endswith("lr") and not value > 0:
+            bad(name, f"a learning rate must be > 0, got {value}")
+        unit = ("gamma", "tau", "rho", "offline_rho", "gae_lambda", "top_p", "expectile")
+        if isinstance(value, float) and name in unit and not 0 <= value <= 1:
+            bad(name, f"must lie in [0, 1], got {value}")
+    if args.dtype not in ("float32", "bfloat16", "float16"):
+        bad("dtype", f"{args.dtype!r}: choose float32, bfloat16 or float16")
+    if args.track and importlib.util.find_spec("wandb") is None:
+        bad("track", "needs wandb (pip install wandb)")
+    for name in ("actor", "critic", "baseline"):  # a local path must hold a saved model
+        path = getattr(args, name, None) or ""
+        if os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") > 1:
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                bad(name, f"{path}: no saved model there (no config.json)")
+    if getattr(args, "dataset", None):
+        try:
+            envs.load_dataset(args.dataset, env=args.env)
+        except (OSError, ValueError) as e:
+            bad("dataset", str(e))
     if args.resume:
-        ckpt = os.path.join(args.resume, "checkpoint")
-        if not os.path.exists(os.path.join(ckpt, "random_states_0.pkl")):
-            raise SystemExit(f"--resume {args.resume}: no checkpoint found at {ckpt}")
-        args.run_name = os.path.basename(os.path.normpath(args.resume))
-        run_dir = args.resume
-    else:
-        args.run_name = (
-            args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        )
-        run_dir = os.path.join(args.output_dir, args.run_name)
+        check_checkpoint(args.resume)
+
+
+def start_run(args, accelerator):
+    """(Main process) a new run directory, never shared with another run, with args.json, or the
+    resumed one; TensorBoard (wandb mirrors it with --track). Returns (run_dir, writer); writer is
+    None off the main process."""
+    if args.resume:
+        args.run_name = os.path.basename(args.resume)
+    elif accelerator.is_main_process:
+        base = args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        for k in range(1000):  # another run may have taken the name (same second, same seed)
+            args.run_name = base if k == 0 else f"{base}-{k}"
+            try:
+                os.makedirs(os.path.join(args.output_dir, args.run_name))
+                break
+            except FileExistsError:
+                continue
+        with open(os.path.join(args.output_dir, args.run_name, "args.json"), "w") as f:
+            json.dump(asdict(args), f, indent=2)
+    args.run_name = broadcast_object_list([args.run_name])[0]  # every process: the same name
+    run_dir = args.resume or os.path.join(args.output_dir, args.run_name)
     if not accelerator.is_main_process:
         return run_dir, None
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump(asdict(args), f, indent=2)
     if args.track:
         import wandb
 
@@ -1208,5 +1329,18 @@ def finish_run(run_dir: str, writer, args, summary: dict):
         wandb.finish()
 
 
+def cli_main():
+    """The command line: stdout line-buffered (progress reaches log files as it happens), and bad
+    input (a SystemExit with a message) printed as one line on stderr with exit status 2."""
+    sys.stdout.reconfigure(line_buffering=True)
+    try:
+        main(tyro.cli(Args))
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        print(e.code, file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    cli_main()

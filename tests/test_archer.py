@@ -543,7 +543,8 @@ def test_learning_archer_drops_useless_questions_without_losing_return(tmp_path,
         diff,
         se,
     )  # no significant decline
-    state = load_checkpoint(d)["custom"][1]
+    ckpt = load_checkpoint(d)  # models [actor, critic], registered objects [target, RunState]
+    state = ckpt["custom"][1]
     online = split_episodes(state["buffer"])[
         -summary["episodes"] :
     ]  # the buffer starts with the scripted episodes
@@ -553,7 +554,7 @@ def test_learning_archer_drops_useless_questions_without_losing_return(tmp_path,
     ]  # visited by the unchanged BC actor (warm-up)
     bc, tok = archer.load_actor(actor_dir, ENV)
     trained, _ = archer.load_actor(actor_dir, ENV)
-    trained.load_state_dict(state["actor"])
+    trained.load_state_dict(ckpt["models"][0])
     before, after = (
         useless_question_mass(bc, tok, states),
         useless_question_mass(trained, tok, states),

@@ -254,9 +254,12 @@ def test_smoke_iql_awr_save_reload_and_resume_equals_an_uninterrupted_run(tmp_pa
     )
     for name, (a, b) in zip(("actor", "critic", "target"), parts):
         assert all(torch.equal(v, b[k]) for k, v in a.items()), name
-    # resuming on other data is refused
-    with pytest.raises(SystemExit, match="transitions"):
+    # resuming on other data is refused: another data flag, or the same file with other contents
+    with pytest.raises(SystemExit, match="--scripted-episodes 5"):
         ao.main(small_args(tmp_path / "a", scripted_episodes=5, iterations=5, resume=str(d)))
+    envs.save_dataset(str(path), envs.collect_scripted(ENV, 10, seed=3, max_turns=4))
+    with pytest.raises(SystemExit, match="transitions"):
+        ao.main(small_args(tmp_path / "a", dataset=str(path), iterations=5, resume=str(d)))
 
 
 def test_missing_data_or_checkpoint_fails_clearly(tmp_path):
