@@ -158,7 +158,7 @@ class Args:
     """baseline gradient steps per iteration (paper: 60)"""
     max_grad_norm: float = 1.0
     """gradient-norm clip (every model)"""
-    eval_episodes: int = 50
+    eval_episodes: int = 200
     """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
     eval_every: int = 10
     """evaluate every this many iterations (and once at the end)"""
@@ -284,17 +284,7 @@ def fresh_actions_and_advantages(
 ):
     """a ~ π_φ(·|s) for each state (texts for the critic, sampled ids for the actor's loss) and
     A(s,a) from the online critic (Eqs. 3–5). Returns (texts, ids, A)."""
-    acts, ids, _ = generate_actions(
-        actor,
-        tokenizer,
-        states,
-        args.max_new_tokens,
-        args.temperature,
-        args.top_k,
-        args.top_p,
-        args.max_obs_tokens,
-        stop_ids,
-    )
+    acts, ids, _ = generate_actions(actor, tokenizer, states, args, stop_ids)
     with torch.no_grad():
         adv = advantage(
             *critic(
@@ -471,10 +461,7 @@ def main(args: Args):
         # ALGO LOGIC: critic steps on replay batches, each followed by a target update
         critic_stats = np.zeros(4)  # Q loss, V loss, mean min(Q1, Q2), mean min(V1, V2)
         for _ in range(args.critic_updates_per_iter):
-            batch = shard(
-                [buffer[batch_rng.randrange(len(buffer))] for _ in range(args.batch_size)],
-                accelerator,
-            )
+            batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
                 s, a, s_next = (
@@ -485,15 +472,7 @@ def main(args: Args):
                 d = torch.tensor([t["done"] for t in mb], device=dev)
                 # a ~ π_φ(·|s)
                 fresh, _, _ = generate_actions(
-                    raw_actor,
-                    tokenizer,
-                    [t["obs"] for t in mb],
-                    args.max_new_tokens,
-                    args.temperature,
-                    args.top_k,
-                    args.top_p,
-                    args.max_obs_tokens,
-                    stop_ids,
+                    raw_actor, tokenizer, [t["obs"] for t in mb], args, stop_ids
                 )
                 with torch.no_grad():
                     v1_next, v2_next = target.value(*s_next)  # Eq. (1)'s target V̄(s')
@@ -503,18 +482,13 @@ def main(args: Args):
                 lq = q_loss(q1, q2, r, d, v1_next, v2_next, args.gamma)  # Eq. (1)
                 lv = v_loss(v1, v2, q1_fresh, q2_fresh)  # Eq. (2)
                 accelerator.backward((lq + lv) * w)
-                critic_stats += (
-                    w
-                    * np.array(
-                        [
-                            lq.item(),
-                            lv.item(),
-                            torch.minimum(q1, q2).mean().item(),
-                            torch.minimum(v1, v2).mean().item(),
-                        ]
-                    )
-                    / args.critic_updates_per_iter
-                )
+                stats = [
+                    lq.item(),
+                    lv.item(),
+                    torch.minimum(q1, q2).mean().item(),
+                    torch.minimum(v1, v2).mean().item(),
+                ]
+                critic_stats += w * np.array(stats) / args.critic_updates_per_iter
             accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
             critic_opt.step()
             soft_update(target, raw_critic, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ
@@ -527,25 +501,16 @@ def main(args: Args):
         if iteration > args.warmup_iters:
             # ALGO LOGIC: Eq. (4), the token-level baseline regressed on A(s, a) of fresh samples
             for _ in range(args.baseline_updates_per_iter if baseline is not None else 0):
-                states = shard(
-                    [
-                        buffer[batch_rng.randrange(len(buffer))]["obs"]
-                        for _ in range(args.batch_size)
-                    ],
-                    accelerator,
-                )
+                batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
+                states = [t["obs"] for t in batch]
                 baseline_opt.zero_grad(set_to_none=True)
                 metrics["losses/baseline_loss"] = 0.0
                 for mb, w in micro_batches(states, args.micro_batch_size):
                     acts, ids, adv = fresh_actions_and_advantages(
                         raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
                     )
-                    batch = pad_pairs(
-                        tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids),
-                        tokenizer.pad_token_id,
-                        "right",
-                        dev,
-                    )
+                    pairs = tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids)
+                    batch = pad_pairs(pairs, tokenizer.pad_token_id, "right", dev)
                     pair_index = batch[3][:, 1:].nonzero()[:, 0]
                     # Eq. (4)
                     loss = baseline_loss(adv, token_values(baseline, *batch), pair_index) * w
@@ -555,25 +520,16 @@ def main(args: Args):
                 baseline_opt.step()
             # ALGO LOGIC: actor steps, REINFORCE on fresh samples a ~ π_φ(·|s), A(s, a) from critic
             for _ in range(args.actor_updates_per_iter):
-                states = shard(
-                    [
-                        buffer[batch_rng.randrange(len(buffer))]["obs"]
-                        for _ in range(args.batch_size)
-                    ],
-                    accelerator,
-                )
+                batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
+                states = [t["obs"] for t in batch]
                 actor_opt.zero_grad(set_to_none=True)
                 metrics["losses/actor_loss"], metrics["values/advantage"] = 0.0, 0.0
                 for mb, w in micro_batches(states, args.micro_batch_size):
                     acts, ids, adv = fresh_actions_and_advantages(
                         raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
                     )
-                    batch = pad_pairs(
-                        tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids),
-                        tokenizer.pad_token_id,
-                        "right",
-                        dev,
-                    )
+                    pairs = tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids)
+                    batch = pad_pairs(pairs, tokenizer.pad_token_id, "right", dev)
                     if baseline is None:
                         loss = reinforce_loss(adv, action_logprobs(actor, *batch))  # Eq. (3)
                     else:
@@ -980,39 +936,28 @@ def token_values(baseline, input_ids, attention_mask, position_ids, action_mask)
 
 
 @torch.no_grad()
-def generate_actions(
-    model,
-    tokenizer,
-    observations,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    max_obs_tokens: int,
-    stop_ids,
-):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids,
-    n_tokens): ids[i] are the sampled token ids through the first stop token (a token containing
-    "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance); texts[i] is
-    what the environment receives: the decoded ids up to the first newline, stripped. Losses score
-    ids[i], never a re-encoding of texts[i]."""
+def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
+    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
+    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
+    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
+    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
+    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
+    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
+    empty = [""] * len(observations)
     pairs = [
-        (o, [])
-        for o, _ in tokenize_pairs(
-            tokenizer, observations, [""] * len(observations), max_obs_tokens
-        )
+        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
     ]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = temperature > 0
+    sample = args.temperature > 0 and not greedy
     out = model.generate(
         input_ids=ids,
         attention_mask=attn,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=args.max_new_tokens,
         do_sample=sample,
-        temperature=temperature if sample else None,
-        top_k=top_k if sample else None,
-        top_p=top_p if sample else None,
+        temperature=args.temperature if sample else None,
+        top_k=args.top_k if sample else None,
+        top_p=args.top_p if sample else None,
         eos_token_id=stop_ids,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -1036,15 +981,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
         acts, act_ids, k = generate_actions(
-            model,
-            tokenizer,
-            [obs[i] for i in live],
-            args.max_new_tokens,
-            0.0 if greedy else args.temperature,
-            args.top_k,
-            args.top_p,
-            args.max_obs_tokens,
-            stop_ids,
+            model, tokenizer, [obs[i] for i in live], args, stop_ids, greedy
         )
         n_tokens += k
         actions, ids = [""] * n, [None] * n
@@ -1131,6 +1068,11 @@ def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
 def shard(items, accelerator):
     """This process's share of a batch that every process drew identically (same batch RNG)."""
     return items[accelerator.process_index :: accelerator.num_processes]
+
+
+def draw(items, n: int, rng: random.Random):
+    """n items drawn uniformly with replacement (the same on every process: same rng)."""
+    return [items[rng.randrange(len(items))] for _ in range(n)]
 
 
 def micro_batches(items, size: int):

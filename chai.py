@@ -153,7 +153,7 @@ class Args:
     """target update θ̄ ← (1−τ)θ̄ + τθ after every critic step (paper: 0.1)"""
     max_grad_norm: float = 1.0
     """gradient-norm clip"""
-    eval_episodes: int = 50
+    eval_episodes: int = 200
     """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
     eval_every: int = 10
     """evaluate every this many iterations (and once at the end)"""
@@ -258,17 +258,7 @@ def chai_candidates(actor, tokenizer, scorer, critic_tok, observations, args, st
     repeated k times) and their scores (Q̄_1, Q̄_2)(s, a_j), shaped (n, k). Returns
     (candidates[n][k], q1, q2, n_tokens)."""
     rep = [o for o in observations for _ in range(args.k)]
-    acts, _, n_tokens = generate_actions(
-        actor,
-        tokenizer,
-        rep,
-        args.max_new_tokens,
-        args.temperature,
-        args.top_k,
-        args.top_p,
-        args.max_obs_tokens,
-        stop_ids,
-    )
+    acts, _, n_tokens = generate_actions(actor, tokenizer, rep, args, stop_ids)
     q1, q2, _, _ = scorer(
         *critic_inputs(critic_tok, rep, args.critic_max_tokens, device),
         *critic_inputs(critic_tok, acts, args.critic_max_tokens, device),
@@ -505,10 +495,7 @@ def main(args: Args):
         # ALGO LOGIC: critic steps on replay batches, each followed by a target update
         critic_stats = np.zeros(5)  # Q loss, V loss, CQL, mean min(Q1, Q2), mean min(V1, V2)
         for _ in range(args.critic_updates_per_iter):
-            batch = shard(
-                [buffer[batch_rng.randrange(len(buffer))] for _ in range(args.batch_size)],
-                accelerator,
-            )
+            batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
                 states = [t["obs"] for t in mb]
@@ -541,19 +528,14 @@ def main(args: Args):
                         qc2.view(-1, args.k), q2, args.cql_alpha
                     )
                 accelerator.backward((lq + lv + lc) * w)
-                critic_stats += (
-                    w
-                    * np.array(
-                        [
-                            lq.item(),
-                            lv.item(),
-                            lc.item(),
-                            torch.minimum(q1, q2).mean().item(),
-                            torch.minimum(v1, v2).mean().item(),
-                        ]
-                    )
-                    / args.critic_updates_per_iter
-                )
+                stats = [
+                    lq.item(),
+                    lv.item(),
+                    lc.item(),
+                    torch.minimum(q1, q2).mean().item(),
+                    torch.minimum(v1, v2).mean().item(),
+                ]
+                critic_stats += w * np.array(stats) / args.critic_updates_per_iter
             accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
             critic_opt.step()
             soft_update(target, raw_critic, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ
@@ -897,39 +879,28 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 
 
 @torch.no_grad()
-def generate_actions(
-    model,
-    tokenizer,
-    observations,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    max_obs_tokens: int,
-    stop_ids,
-):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids,
-    n_tokens): ids[i] are the sampled token ids through the first stop token (a token containing
-    "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance); texts[i] is
-    what the environment receives: the decoded ids up to the first newline, stripped. Losses score
-    ids[i], never a re-encoding of texts[i]."""
+def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
+    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
+    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
+    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
+    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
+    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
+    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
+    empty = [""] * len(observations)
     pairs = [
-        (o, [])
-        for o, _ in tokenize_pairs(
-            tokenizer, observations, [""] * len(observations), max_obs_tokens
-        )
+        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
     ]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = temperature > 0
+    sample = args.temperature > 0 and not greedy
     out = model.generate(
         input_ids=ids,
         attention_mask=attn,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=args.max_new_tokens,
         do_sample=sample,
-        temperature=temperature if sample else None,
-        top_k=top_k if sample else None,
-        top_p=top_p if sample else None,
+        temperature=args.temperature if sample else None,
+        top_k=args.top_k if sample else None,
+        top_p=args.top_p if sample else None,
         eos_token_id=stop_ids,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -953,15 +924,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
         acts, act_ids, k = generate_actions(
-            model,
-            tokenizer,
-            [obs[i] for i in live],
-            args.max_new_tokens,
-            0.0 if greedy else args.temperature,
-            args.top_k,
-            args.top_p,
-            args.max_obs_tokens,
-            stop_ids,
+            model, tokenizer, [obs[i] for i in live], args, stop_ids, greedy
         )
         n_tokens += k
         actions, ids = [""] * n, [None] * n
@@ -1031,6 +994,11 @@ def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
 def shard(items, accelerator):
     """This process's share of a batch that every process drew identically (same batch RNG)."""
     return items[accelerator.process_index :: accelerator.num_processes]
+
+
+def draw(items, n: int, rng: random.Random):
+    """n items drawn uniformly with replacement (the same on every process: same rng)."""
+    return [items[rng.randrange(len(items))] for _ in range(n)]
 
 
 def micro_batches(items, size: int):

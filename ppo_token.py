@@ -152,7 +152,7 @@ class Args:
     """normalise each batch's advantages over its action tokens"""
     max_grad_norm: float = 1.0
     """gradient-norm clip (actor and value model)"""
-    eval_episodes: int = 50
+    eval_episodes: int = 200
     """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
     eval_every: int = 5
     """evaluate every this many iterations (and once at the end)"""
@@ -858,39 +858,28 @@ def action_token_logprobs_entropy(model, input_ids, attention_mask, position_ids
 
 
 @torch.no_grad()
-def generate_actions(
-    model,
-    tokenizer,
-    observations,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    max_obs_tokens: int,
-    stop_ids,
-):
-    """Sample one utterance per observation (batched, KV cache, left padding). Returns (texts, ids,
-    n_tokens): ids[i] are the sampled token ids through the first stop token (a token containing
-    "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance); texts[i] is
-    what the environment receives: the decoded ids up to the first newline, stripped. Losses score
-    ids[i], never a re-encoding of texts[i]."""
+def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
+    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
+    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
+    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
+    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
+    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
+    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
+    empty = [""] * len(observations)
     pairs = [
-        (o, [])
-        for o, _ in tokenize_pairs(
-            tokenizer, observations, [""] * len(observations), max_obs_tokens
-        )
+        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
     ]
     device = next(model.parameters()).device
     ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = temperature > 0
+    sample = args.temperature > 0 and not greedy
     out = model.generate(
         input_ids=ids,
         attention_mask=attn,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=args.max_new_tokens,
         do_sample=sample,
-        temperature=temperature if sample else None,
-        top_k=top_k if sample else None,
-        top_p=top_p if sample else None,
+        temperature=args.temperature if sample else None,
+        top_k=args.top_k if sample else None,
+        top_p=args.top_p if sample else None,
         eos_token_id=stop_ids,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -914,15 +903,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     while any(vec.active):
         live = [i for i in range(n) if vec.active[i]]
         acts, act_ids, k = generate_actions(
-            model,
-            tokenizer,
-            [obs[i] for i in live],
-            args.max_new_tokens,
-            0.0 if greedy else args.temperature,
-            args.top_k,
-            args.top_p,
-            args.max_obs_tokens,
-            stop_ids,
+            model, tokenizer, [obs[i] for i in live], args, stop_ids, greedy
         )
         n_tokens += k
         actions, ids = [""] * n, [None] * n

@@ -5,6 +5,7 @@ from the tiny actor and from SmolLM2-135M (whose tokenizer has multi-newline tok
 at generation time equal the log-probs the losses compute on the stored ids."""
 
 import importlib
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,7 +68,10 @@ def test_scored_ids_are_the_sampled_ids_stubbed_generate(script, tiny):
     rows = [a, b, c]
     stub = StubModel(rows, tok.pad_token_id)
     obs = ["Questions:\n"] * 3
-    texts, ids, n_tok = mod.generate_actions(stub, tok, obs, width, 1.0, 50, 1.0, 512, stop_ids)
+    settings = SimpleNamespace(
+        max_new_tokens=width, temperature=1.0, top_k=50, top_p=1.0, max_obs_tokens=512
+    )
+    texts, ids, n_tok = mod.generate_actions(stub, tok, obs, settings, stop_ids)
     assert ids == rows and n_tok == sum(map(len, rows))
     assert texts[0] == "Is it a truck?" and texts[1] == "Is it a dog?"
     assert texts[2] == tok.decode(c).strip() and "\n" not in texts[2]
@@ -104,9 +108,10 @@ def generation_matches_scoring(mod, model, tok, observations, max_new_tokens=24,
     path."""
     stop_ids = mod.newline_token_ids(tok)
     torch.manual_seed(seed)
-    texts, ids, _ = mod.generate_actions(
-        model, tok, observations, max_new_tokens, 1.0, 0, 1.0, 512, stop_ids
+    settings = SimpleNamespace(
+        max_new_tokens=max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, max_obs_tokens=512
     )
+    texts, ids, _ = mod.generate_actions(model, tok, observations, settings, stop_ids)
     # generation-time log-probs of the same samples: replay generate with the same seed, keeping raw
     # logits
     pairs = [
