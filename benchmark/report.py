@@ -6,6 +6,7 @@ Reads every run's summary.json and TensorBoard scalars under --runs:
   online/<method>/seed<k>/<run>/       benchmark/online.py        -> online.csv, online.md,
                                                                      online_curves.png
   offline/<row>/seed<k>/<run>/         benchmark/offline_table.py -> offline.csv, offline.md
+  qsft/<game>/<method>/seed<k>/<run>/  benchmark/offline_qsft.py  -> qsft_<game>.csv/.md
   throughput/throughput.json, timing/<method>/<run>/
                                        benchmark/throughput.py    -> throughput.md, timing.csv
 and writes results.md (all tables, with the commit and date) to --results. Missing parts are left
@@ -311,6 +312,37 @@ def offline_report(offline, results):
     return write_table(rows, list(rows[0]), os.path.join(results, "offline"))
 
 
+def qsft_report(game, runs, results):
+    """One game of the Q-SFT Table 1 in miniature: each method's sampled return (mean ± std over
+    seeds), success, and the paper's number where it has one. Q-SFT's own π_φ (its SFT start, on
+    the same episodes) is a row too."""
+    from offline_qsft import METHODS, PAPER
+
+    rows = []
+    for key in [k for k in METHODS if k in runs]:
+        s = [r["summary"] for r in runs[key]]
+        rows.append(
+            {
+                "method": METHODS[key][0],
+                "seeds": len(s),
+                "return": fmt(*mean_std([x["eval_return"] for x in s])),
+                "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
+                "paper (Table 1)": PAPER.get(game, {}).get(key, ""),
+            }
+        )
+        if key == "qsft":
+            rows.append(
+                {
+                    "method": "Q-SFT's π_φ (β = 0)",
+                    "seeds": len(s),
+                    "return": fmt(*mean_std([x["start_eval"]["return"] for x in s])),
+                    "success": fmt(mean_std([x["start_eval"]["success_rate"] for x in s])[0]),
+                    "paper (Table 1)": "",
+                }
+            )
+    return write_table(rows, list(rows[0]), os.path.join(results, f"qsft_{game}"))
+
+
 def throughput_report(tp, timing, results):
     md = ""
     if tp:
@@ -381,6 +413,14 @@ def main():
         parts.append(
             "## Offline (ArCHer Table 1 in miniature)\n\n" + offline_report(offline, a.results)
         )
+    qsft_root = os.path.join(a.runs, "qsft")
+    for game in sorted(os.listdir(qsft_root)) if os.path.isdir(qsft_root) else []:
+        runs = load_group(os.path.join(qsft_root, game))
+        if runs:
+            parts.append(
+                f"## Offline, Q-SFT Table 1 in miniature: {game}\n\n"
+                + qsft_report(game, runs, a.results)
+            )
     tp_file = os.path.join(a.runs, "throughput", "throughput.json")
     tp = json.load(open(tp_file)) if os.path.exists(tp_file) else []
     timing = load_group(os.path.join(a.runs, "timing"))
