@@ -153,7 +153,7 @@ class Args:
     """discount per token transition (1.0: the reward map already prices every turn)"""
     tau: float = 0.05
     """target update θ̄ ← (1−τ)θ̄ + τθ after every Eq. (3) step"""
-    ratio_min_prob: float = 0.01
+    ratio_min_prob: float = 0.1
     """the max over a' of p_θ̄/π_φ only spans tokens with π_φ(a'|s') ≥ this (and π_φ's argmax)"""
     beta: float = 10.0
     """π̂ ∝ π_φ exp(β p_θ) (Algorithm 1, line 11, has β = 1; 0 = the behaviour policy)"""
