@@ -38,8 +38,6 @@ def test_equations_doc_exists_and_code_cites_it():
         )
 
 
-
-
 def test_algorithm_first_anatomy():
     """Each algorithm file reads algorithm first (docs: "Anatomy of an algorithm file"): its first
     loss function (a top-level `*_loss`) starts within the first 250 lines, before `main`, and the
