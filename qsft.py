@@ -352,7 +352,9 @@ def main(args: Args):
             args.env, args.scripted_episodes, seed=args.seed, max_turns=args.max_turns
         )
     )
-    horizon = args.max_turns or HORIZON.get(args.env) or envs.make(args.env).max_turns or 1
+    horizon = (
+        args.max_turns or HORIZON.get(args.env) or getattr(envs.make(args.env), "max_turns", 1)
+    )
     turns = turn_transitions(data, args.env, horizon)
     data_stats = {
         **envs.summarize(data),
