@@ -29,13 +29,27 @@ def test_no_file_refers_outside_the_repository():
 def test_equations_doc_exists_and_code_cites_it():
     doc = os.path.join(ROOT, "docs", "equations.md")
     assert os.path.exists(doc)
-    for script in ["archer.py", "archer_offline.py", "chai.py", "filtered_bc.py", "ppo_token.py"]:
+    for script in [
+        "archer.py",
+        "archer_offline.py",
+        "chai.py",
+        "filtered_bc.py",
+        "ppo_token.py",
+        "poad.py",
+    ]:
         assert "docs/equations.md" in open(os.path.join(ROOT, script), encoding="utf-8").read(), (
             script
         )
 
 
-ALGORITHM_FILES = ["archer.py", "archer_offline.py", "chai.py", "filtered_bc.py", "ppo_token.py"]
+ALGORITHM_FILES = [
+    "archer.py",
+    "archer_offline.py",
+    "chai.py",
+    "filtered_bc.py",
+    "ppo_token.py",
+    "poad.py",
+]
 
 
 def test_algorithm_first_anatomy():
