@@ -20,9 +20,15 @@ Variants (poad.py's defaults otherwise):
   ntpo         --backup ntpo  --critic actor     γ per token (Eq. 10), = ppo_token.py's GAE
   poad_base_lm --backup bad   --critic base_lm   App. J's critic: frozen reference LM + MLP head
 
-Other envs: --env overcooked / virtualhome (the BC start uses each env's scripted policy). GPU
-scale (App. J), e.g. --actor smollm2-135m --extra "--lora-r 8 --bc-steps 0 --lr 1e-6 --value-lr
-5e-5 --ent-coef 0.01 --max-grad-norm 0.5 --value-clip 0.2 --device cuda"."""
+Action-length ablation (the paper: POAD's edge grows with action length): --tiny-vocab 400 trains
+the tiny actor's tokenizer with 400 instead of 1,024 entries (fewer merges), so a question is ~8
+tokens instead of ~2.4 (same model, same env), e.g.
+    python benchmark/poad_ntpo.py --tiny-vocab 400 --out runs/benchmark/poad_long
+
+Other envs: --env overcooked_tomato_salad / virtualhome_food_preparation (the BC start uses each
+env's scripted policy). GPU scale (App. J), e.g. --actor smollm2-135m --extra "--lora-r 8
+--bc-steps 0 --lr 1e-6 --value-lr 5e-5 --ent-coef 0.01 --max-grad-norm 0.5 --value-clip 0.2
+--device cuda"."""
 
 import argparse
 import json
@@ -42,6 +48,35 @@ VARIANTS = {
     "ntpo": ["--backup", "ntpo", "--critic", "actor"],
     "poad_base_lm": ["--backup", "bad", "--critic", "base_lm"],
 }
+
+
+def tiny_with_vocab(vocab: int, env: str, out: str):
+    """A randomly initialised `tiny` actor (poad.py's shape, seed 1) whose tokenizer has `vocab`
+    entries, saved to <out>/tiny_vocab<vocab>/ (loadable with --actor); the BC start trains it."""
+    path = os.path.join(out, f"tiny_vocab{vocab}")
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    sys.path.insert(0, ROOT)
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import envs
+    from poad import train_tiny_tokenizer
+
+    tok = train_tiny_tokenizer(envs.corpus(env, 3000), vocab_size=vocab)
+    torch.manual_seed(1)
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=512,
+        n_embd=128,
+        n_layer=4,
+        n_head=4,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    GPT2LMHeadModel(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
 
 
 def variant_command(variant, seed, actor, a):
@@ -128,6 +163,7 @@ def main():
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds per variant")
     p.add_argument("--env", default="twenty_questions_subset", help="environment (envs.make name)")
     p.add_argument("--actor", default="tiny", help="model the BC start is trained from")
+    p.add_argument("--tiny-vocab", type=int, default=0, help="tiny tokenizer size (0: 1,024)")
     p.add_argument("--bc-actor", default="", help="a saved actor to start from instead of BC")
     p.add_argument("--bc-steps", type=int, default=800, help="BC steps of the start")
     p.add_argument("--bc-lr", type=float, default=1e-3, help="BC learning rate")
@@ -153,6 +189,8 @@ def main():
     if not actor:
         bc_out = os.path.join(a.out, "bc")
         if find_run(bc_out) is None:
+            if a.tiny_vocab:
+                a.actor = tiny_with_vocab(a.tiny_vocab, a.env, a.out)
             cmd = [
                 sys.executable,
                 "filtered_bc.py",
