@@ -19,6 +19,7 @@ Variants (poad.py's defaults otherwise):
   poad         --backup bad   --critic actor     the BAD token GAE (Eq. 14)
   ntpo         --backup ntpo  --critic actor     γ per token (Eq. 10), = ppo_token.py's GAE
   poad_base_lm --backup bad   --critic base_lm   App. J's critic: frozen reference LM + MLP head
+  poad_gamma088 --backup bad  --gamma 0.884      γ per action matched to NTPO's γ^L (L ≈ 2.4)
 
 Action-length ablation (the paper: POAD's edge grows with action length): --tiny-vocab 400 trains
 the tiny actor's tokenizer with 400 instead of 1,024 entries (fewer merges), so a question is ~8
@@ -47,6 +48,8 @@ VARIANTS = {
     "poad": ["--backup", "bad", "--critic", "actor"],
     "ntpo": ["--backup", "ntpo", "--critic", "actor"],
     "poad_base_lm": ["--backup", "bad", "--critic", "base_lm"],
+    # γ per action = NTPO's effective γ per question (0.95^2.4 for the tiny tokenizer's 2.4 tokens)
+    "poad_gamma088": ["--backup", "bad", "--critic", "actor", "--gamma", "0.884"],
 }
 
 

@@ -39,6 +39,7 @@ LABELS = {
     "poad": "POAD (BAD)",
     "ntpo": "NTPO",
     "poad_base_lm": "POAD, base_lm critic",
+    "poad_gamma088": "POAD, γ 0.884 per action",
 }
 
 
