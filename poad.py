@@ -94,9 +94,9 @@ class Args:
     # --- models ---
     actor: str = "tiny"
     """causal LM: 'tiny', 'smollm2-135m', a Hugging Face id or a local path (runs/<run>/actor)"""
-    critic: str = "actor"
-    """critic: 'actor' (a trainable copy of the post-BC actor's trunk), 'base_lm' (App. J: the
-    frozen reference LM + a trained bias-free MLP head), 'tiny', or a causal LM"""
+    critic: str = "base_lm"
+    """critic: 'base_lm' (App. J: the frozen reference LM + a trained bias-free MLP head), 'actor'
+    (a trainable copy of the post-BC actor's trunk), 'tiny', or a causal LM"""
     lora_r: int = 0
     """LoRA rank for the actor (0 = full fine-tuning)"""
     lora_alpha: int = 16
@@ -546,8 +546,8 @@ def main(args: Args):
     ref = None
     if not (args.lora_r > 0 and args.bc_steps == 0):
         ref = copy.deepcopy(raw_actor).requires_grad_(False).eval()
-    # The critic is separate from the actor (docs/poad.md): by default a trainable copy of the
-    # post-BC trunk; --critic base_lm: the frozen reference LM + a trained head (App. J).
+    # The critic (docs/poad.md): by default the frozen reference LM + a trained head (App. J);
+    # --critic actor: ppo_token.py's value model, a trainable copy of the post-BC trunk.
     value = critic_model(args, raw_actor, ref, tokenizer)
     value_opt = torch.optim.AdamW(
         [p for p in value.parameters() if p.requires_grad], lr=args.value_lr
