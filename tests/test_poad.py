@@ -507,7 +507,9 @@ def test_learning_from_the_bc_start_the_eval_return_rises(bc_actor, tmp_path):
     common random numbers; evaluating the tiny actor costs seconds, and 600 rather than 200
     episodes shrink the paired s.e. from ~0.55 to ~0.32).
 
-    Measured from the benchmark's BC start (the same recipe; one torch thread): LEARNING_NUMBERS"""
+    Measured from the benchmark's BC start (the same recipe; one torch thread): −11.24 → −10.05,
+    +1.19 ± 0.31 (3.8 s.e.; with --critic actor +1.63 ± 0.32). With 200 evaluation episodes the
+    benchmark's seeds 1–3 gave +1.55 ± 0.46, +1.44 ± 0.53, +2.15 ± 0.49 (base_lm critic)."""
     actor, _ = bc_actor
     args = poad.Args(
         output_dir=str(tmp_path),
