@@ -8,9 +8,9 @@ implemented: docs/equations.md §6: the Bellman backup with Action Decomposition
 token GAE, the critic regressed on its targets (Eq. (15)), the per-token clipped policy loss (Eq.
 (16)) with value clipping, an entropy bonus and an approximate-KL early stop.
 
-    python poad.py                        # tiny actor, 10-word Twenty Questions, BC warm start, CPU
-    python poad.py --backup ntpo          # the naive token-level backup (= ppo_token.py's GAE)
-    python poad.py --env overcooked --actor smollm2-135m --lora-r 8 --critic base_lm --bc-steps 0 \
+    python poad.py                  # tiny actor, 10-word Twenty Questions, BC warm start, CPU
+    python poad.py --backup ntpo    # the naive token-level backup (= ppo_token.py's GAE)
+    python poad.py --env overcooked_tomato_salad --actor smollm2-135m --lora-r 8 --bc-steps 0 \
         --lr 1e-6 --value-lr 5e-5 --ent-coef 0.01 --max-grad-norm 0.5 --value-clip 0.2   # GPU
     accelerate launch poad.py --actor gpt2 --bc-lr 3e-5                          # several GPUs
 
