@@ -9,6 +9,7 @@ Reads every run's summary.json and TensorBoard scalars under --runs:
   qsft/<game>/<method>/seed<k>/<run>/  benchmark/offline_qsft.py  -> qsft_<game>.csv/.md
   throughput/throughput.json, timing/<method>/<run>/
                                        benchmark/throughput.py    -> throughput.md, timing.csv
+  poad*/<variant>/seed<k>/<run>/       benchmark/poad_ntpo.py     -> <group>.md, <group>_curves.png
 and writes results.md (all tables, with the commit and date) to --results. Missing parts are left
 out.
 
@@ -36,6 +37,10 @@ LABELS = {
     "filtered_bc": "Filtered BC",
     "ppo_token": "Token-level PPO",
     "archer_offline": "ArCHer offline (IQL + AWR)",
+    "poad": "POAD (BAD)",
+    "ntpo": "NTPO",
+    "poad_base_lm": "POAD, base_lm critic",
+    "poad_gamma088": "POAD, γ 0.884 per action",
 }
 
 
@@ -276,8 +281,9 @@ def plot_online(online, level, start, path):
                     if tag == "eval/episodic_return"
                     else None,
                 )
-        if tag == "eval/episodic_return":
+        if tag == "eval/episodic_return" and level is not None:
             ax.axhline(level, color="grey", ls="--", lw=1, label=f"threshold {level:.2f}")
+        if tag == "eval/episodic_return":
             ax.axhline(start, color="black", ls=":", lw=1, label=f"BC start {start:.2f}")
         ax.set_xlabel("online environment episodes")
         ax.set_ylabel(name + " (sampled)")
@@ -288,6 +294,42 @@ def plot_online(online, level, start, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def poad_report(group, name, results):
+    """POAD vs NTPO (benchmark/poad_ntpo.py): per variant the start and final sampled evaluation,
+    mean ± s.e. over seeds, and the paired change (the same evaluation episodes at the start and
+    the end, mean ± s.e. over seeds); curves as the online comparison's."""
+    rows = []
+    for variant, runs in group.items():
+        s = [r["summary"] for r in runs]
+        change = [
+            sum(e - b for e, b in zip(x["eval_returns"], x["start_eval_returns"]))
+            / len(x["eval_returns"])
+            for x in s
+        ]
+
+        def mse(xs):
+            m, sd = mean_std(xs)
+            return m, (sd / len(xs) ** 0.5 if sd is not None else None)
+
+        rows.append(
+            {
+                "variant": LABELS.get(variant, variant),
+                "seeds": len(s),
+                "episodes": s[0]["episodes"],
+                "start return": fmt(mse([x["start_eval_return"] for x in s])[0]),
+                "final return (± s.e.)": fmt(*mse([x["eval_return"] for x in s])),
+                "change (± s.e.)": fmt(*mse(change)),
+                "final success": fmt(mse([x["eval_success_rate"] for x in s])[0]),
+                "greedy return": fmt(mse([x["eval_return_greedy"] for x in s])[0]),
+                "wall time per run (s)": fmt(mse([x["wall_time_s"] for x in s])[0], nd=0),
+            }
+        )
+    md = write_table(rows, list(rows[0]), os.path.join(results, name))
+    start = bc_start([r for runs in group.values() for r in runs])
+    plot_online(group, None, start, os.path.join(results, f"{name}_curves.png"))
+    return md
 
 
 def offline_report(offline, results):
@@ -426,6 +468,15 @@ def main():
     timing = load_group(os.path.join(a.runs, "timing"))
     if tp or timing:
         parts.append("## Throughput\n\n" + throughput_report(tp, timing, a.results))
+    poad_groups = os.listdir(a.runs) if os.path.isdir(a.runs) else []
+    for name in sorted(d for d in poad_groups if d.startswith("poad")):
+        group = load_group(os.path.join(a.runs, name))
+        group.pop("bc", None)
+        if group:
+            parts.append(
+                f"## POAD vs NTPO ({name})\n\n![curves]({name}_curves.png)\n\n"
+                + poad_report(group, name, a.results)
+            )
     with open(os.path.join(a.results, "results.md"), "w") as f:
         f.write("\n".join(parts))
     print("\n".join(parts))

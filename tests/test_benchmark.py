@@ -169,3 +169,26 @@ def test_last_point_averages_the_in_loop_and_the_final_evaluation():
     }
     assert report.eval_points(run, "eval/episodic_return") == {0: -11.0, 64: -8.5}
     assert report.eval_points(run, "eval/actor_episodic_return") == {}
+
+
+def test_poad_report_gives_the_paired_change_by_hand(tmp_path):
+    """benchmark/poad_ntpo.py's runs: per variant the final return and the paired change (same
+    evaluation episodes at start and end), mean ± s.e. over seeds."""
+    root = str(tmp_path / "runs")
+    for variant, finals in [("poad", [[-9.0, -7.0], [-8.0, -8.0]]), ("ntpo", [[-10.0, -10.0]])]:
+        for seed, ends in enumerate(finals, 1):
+            extra = {
+                "eval_returns": ends,
+                "start_eval_returns": [-11.0, -11.0],
+                "start_eval_return": -11.0,
+                "eval_return_greedy": -7.0,
+            }
+            fake_run(root, "poad", variant, seed, [-11, sum(ends) / 2], (0, 64), extra)
+    group = report.load_group(os.path.join(root, "poad"))
+    md = report.poad_report(group, "poad", str(tmp_path))
+    rows = {r["variant"]: r for r in csv.DictReader(open(tmp_path / "poad.csv"))}
+    # POAD: finals -8, -8 -> -8.00 ± 0.00; changes +3, +3 -> 3.00 ± 0.00; NTPO one seed: +1
+    assert rows["POAD (BAD)"]["final return (± s.e.)"] == "-8.00 ± 0.00"
+    assert rows["POAD (BAD)"]["change (± s.e.)"] == "3.00 ± 0.00"
+    assert rows["NTPO"]["change (± s.e.)"] == "1.00" and "NTPO" in md
+    assert (tmp_path / "poad_curves.png").exists()

@@ -40,6 +40,7 @@ SMALL = {
     "chai": dict(bc_steps=3, rollouts_per_iter=4, critic_updates_per_iter=2, k=2),
     "filtered_bc": dict(offline_steps=3, rollouts_per_iter=4, actor_updates_per_iter=2),
     "ppo_token": dict(bc_steps=3, rollouts_per_iter=4, ppo_epochs=2),
+    "poad": dict(bc_steps=3, rollouts_per_iter=4, ppo_epochs=2),
     "archer_offline": dict(critic_updates_per_iter=2, actor_updates_per_iter=2),
     "qsft": dict(bc_steps=3, updates_per_iter=2),
 }
