@@ -511,7 +511,9 @@ def main(args: Args):
                         ratio_next, ratio_after[turn], r[turn], d[turn], last, args.gamma
                     )
                     unclipped = torch.where(
-                        last, r[turn] + args.gamma * (1 - d[turn]) * ratio_after[turn], ratio_next
+                        last,
+                        r[turn] + args.gamma * (1 - d[turn]) * ratio_after[turn],
+                        args.gamma * ratio_next,
                     )
                 logits = action_state_logits(likelihood, *cur)
                 actions = cur[0][:, 1:][cur[3][:, 1:]]
