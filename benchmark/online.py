@@ -169,6 +169,23 @@ def method_command(method, seed, actor, a):
     return out, cmd
 
 
+def bc_start(a, threads, flags):
+    """The BC actor every method starts from: --bc-actor if given, else filtered_bc.py offline
+    (ρ 1.0, --bc-steps at --bc-lr, seed 1, saved) trained once into <--out>/bc and reused. `flags`
+    go to that run too. Returns the actor's folder."""
+    if a.bc_actor:
+        return a.bc_actor
+    bc_out = os.path.join(a.out, "bc")
+    if find_run(bc_out) is None:
+        cmd = [sys.executable, "filtered_bc.py", "--actor", a.actor, "--env", a.env]
+        cmd += ["--iterations", "0", "--offline-rho", "1.0", "--offline-steps", str(a.bc_steps)]
+        cmd += ["--offline-lr", str(a.bc_lr), "--eval-episodes", str(a.eval_episodes)]
+        cmd += ["--save-model", "--checkpoint-every", "0", "--seed", "1", "--output-dir", bc_out]
+        if run_pool([("bc", bc_out, cmd + list(flags))], 1, threads):
+            raise SystemExit("the BC start failed")
+    return os.path.join(find_run(bc_out), "actor")
+
+
 def run_pool(jobs, n_parallel, threads):
     """Run (name, out, cmd) jobs, n_parallel at a time; each job's output goes to <out>.log."""
     env = dict(
@@ -275,39 +292,7 @@ def main():
     threads = a.threads or max(1, (os.cpu_count() or 2) // a.jobs)
     t0 = time.time()
 
-    actor = a.bc_actor
-    if not actor:
-        bc_out = os.path.join(a.out, "bc")
-        if find_run(bc_out) is None:
-            cmd = [
-                sys.executable,
-                "filtered_bc.py",
-                "--actor",
-                a.actor,
-                "--env",
-                a.env,
-                "--iterations",
-                "0",
-                "--offline-rho",
-                "1.0",
-                "--offline-steps",
-                str(a.bc_steps),
-                "--offline-lr",
-                str(a.bc_lr),
-                "--eval-episodes",
-                str(a.eval_episodes),
-                "--save-model",
-                "--checkpoint-every",
-                "0",
-                "--seed",
-                "1",
-                "--output-dir",
-                bc_out,
-                *shlex.split(a.extra),
-            ]
-            if run_pool([("bc", bc_out, cmd)], 1, os.cpu_count() or 2):
-                raise SystemExit("the BC start failed")
-        actor = os.path.join(find_run(bc_out), "actor")
+    actor = bc_start(a, threads, shlex.split(a.extra))
     print(f"BC start: {actor}", flush=True)
 
     jobs = []

@@ -40,7 +40,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from online import find_run, run_pool  # noqa: E402  (benchmark/online.py)
+from online import bc_start, find_run, run_pool  # noqa: E402  (benchmark/online.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PER_ITER = 64  # poad.py's default rollouts per iteration
@@ -188,42 +188,9 @@ def main():
         summarize(a)
         return
     t0 = time.time()
-    actor = a.bc_actor
-    if not actor:
-        bc_out = os.path.join(a.out, "bc")
-        if find_run(bc_out) is None:
-            if a.tiny_vocab:
-                a.actor = tiny_with_vocab(a.tiny_vocab, a.env, a.out)
-            cmd = [
-                sys.executable,
-                "filtered_bc.py",
-                "--actor",
-                a.actor,
-                "--env",
-                a.env,
-                "--iterations",
-                "0",
-                "--offline-rho",
-                "1.0",
-                "--offline-steps",
-                str(a.bc_steps),
-                "--offline-lr",
-                str(a.bc_lr),
-                "--eval-episodes",
-                str(a.eval_episodes),
-                "--save-model",
-                "--checkpoint-every",
-                "0",
-                "--seed",
-                "1",
-                "--torch-threads",
-                str(a.threads),
-                "--output-dir",
-                bc_out,
-            ]
-            if run_pool([("bc", bc_out, cmd)], 1, a.threads):
-                raise SystemExit("the BC start failed")
-        actor = os.path.join(find_run(bc_out), "actor")
+    if not a.bc_actor and a.tiny_vocab and find_run(os.path.join(a.out, "bc")) is None:
+        a.actor = tiny_with_vocab(a.tiny_vocab, a.env, a.out)
+    actor = bc_start(a, a.threads, ["--torch-threads", str(a.threads)])
     print(f"BC start: {actor}", flush=True)
     jobs = []
     for seed in a.seeds:  # seed-major: an interrupted benchmark has whole pairs

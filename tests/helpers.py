@@ -55,3 +55,20 @@ def load_checkpoint(run):
         "custom": indexed("custom_checkpoint"),
         "rng": indexed("random_states"),
     }
+
+
+def launch_two_processes(script, flags, timeout=600):
+    """`accelerate launch` of a top-level script as 2 CPU processes (one torch thread each), from
+    the repository root; returns the CompletedProcess (stdout and stderr captured as text)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+    launch += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    launch += ["--dynamo_backend", "no", script]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(
+        launch + list(flags), cwd=root, capture_output=True, text=True, env=env, timeout=timeout
+    )

@@ -14,7 +14,7 @@ import torch
 
 import poad
 import ppo_token
-from helpers import load_checkpoint, paired_difference, run_dir
+from helpers import launch_two_processes, load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -470,27 +470,16 @@ SMALL_CLI = [
 
 @pytest.mark.slow
 def test_two_processes_with_accelerate(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
+    out = launch_two_processes(
         "poad.py",
-        "--output-dir",
-        str(tmp_path),
-        "--critic",
-        "base_lm",
-    ] + SMALL_CLI
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+        [
+            "--output-dir",
+            str(tmp_path),
+            "--critic",
+            "base_lm",
+        ]
+        + SMALL_CLI,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())

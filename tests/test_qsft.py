@@ -15,7 +15,7 @@ import torch
 
 import envs
 import qsft
-from helpers import load_checkpoint, paired_difference, run_dir
+from helpers import launch_two_processes, load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -365,45 +365,33 @@ def test_smollm2_with_lora_one_step(tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_with_accelerate(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
+    out = launch_two_processes(
         "qsft.py",
-        "--output-dir",
-        str(tmp_path),
-        "--scripted-episodes",
-        "20",
-        "--bc-steps",
-        "2",
-        "--bc-batch-size",
-        "4",
-        "--iterations",
-        "2",
-        "--updates-per-iter",
-        "2",
-        "--batch-size",
-        "4",
-        "--eval-episodes",
-        "2",
-        "--max-turns",
-        "4",
-        "--max-new-tokens",
-        "8",
-        "--device",
-        "cpu",
-    ]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+        [
+            "--output-dir",
+            str(tmp_path),
+            "--scripted-episodes",
+            "20",
+            "--bc-steps",
+            "2",
+            "--bc-batch-size",
+            "4",
+            "--iterations",
+            "2",
+            "--updates-per-iter",
+            "2",
+            "--batch-size",
+            "4",
+            "--eval-episodes",
+            "2",
+            "--max-turns",
+            "4",
+            "--max-new-tokens",
+            "8",
+            "--device",
+            "cpu",
+        ],
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
