@@ -36,6 +36,7 @@ from torch.utils.tensorboard import SummaryWriter
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
     "resume",
@@ -421,10 +422,21 @@ def main(args: Args):
         history=[],
         wall_time_s=0.0,
         batch_rng=random.Random(args.seed * 7919),
+        bc_step=0,  # the last checkpointed BC step
     )
+    accelerator.register_for_checkpointing(state)
+    # A checkpoint written during the BC warm start holds the actor and its optimisers only (the
+    # reference and the value model are copies of the post-BC actor, built after it): one without
+    # a second model file is such a checkpoint, and the warm start continues from it.
+    ckpt = os.path.join(run_dir, "checkpoint")
+    in_bc = bool(args.resume) and not os.path.exists(os.path.join(ckpt, "pytorch_model_1.bin"))
+    if in_bc:
+        accelerator.load_state(ckpt)
+        state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
+        accelerator.print(f"resumed {run_dir} in the BC warm start after step {state.bc_step}")
 
-    # BC warm start (the paper starts every method from SFT on sub-optimal data), not on --resume
-    if args.bc_steps > 0 and not args.resume:
+    # BC warm start (the paper starts every method from SFT on sub-optimal data), never redone
+    if args.bc_steps > 0 and (in_bc or not args.resume):
         if args.dataset:
             data = envs.load_dataset(args.dataset, env=args.env)
         elif args.scripted_episodes > 0:
@@ -439,7 +451,7 @@ def main(args: Args):
             f"success {s['success_rate']:.2f})"
         )
         shown = time.time()
-        for step in range(1, args.bc_steps + 1):
+        for step in range(state.bc_step + 1, args.bc_steps + 1):
             pairs = shard(sample_pairs(data, args.bc_batch_size, state.batch_rng), accelerator)
             loss, grad_norm = bc_step(actor, bc_opt, accelerator, tokenizer, pairs, args)
             log_metrics(writer, {"losses/bc_nll": loss}, step)
@@ -449,6 +461,9 @@ def main(args: Args):
                 accelerator.print(
                     f"bc step {step}/{args.bc_steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}"
                 )
+            if args.checkpoint_every and step % BC_CHECKPOINT_STEPS == 0 and step < args.bc_steps:
+                state.bc_step = step  # a long warm start is not lost
+                save_checkpoint(accelerator, run_dir, tokenizer)
 
     # Frozen reference π_ref = the starting (post-BC) policy. With LoRA on a fresh adapter (no BC)
     # the adapter-disabled actor IS that policy and needs no copy; after a BC warm start it is not.
@@ -461,9 +476,10 @@ def main(args: Args):
     value_opt = torch.optim.AdamW(value.parameters(), lr=args.value_lr)
     value, value_opt = accelerator.prepare(value, value_opt)
     raw_value = accelerator.unwrap_model(value)
-    accelerator.register_for_checkpointing(*([ref] if ref is not None else []), state)
-    if args.resume:
-        accelerator.load_state(os.path.join(run_dir, "checkpoint"))
+    if ref is not None:
+        accelerator.register_for_checkpointing(ref)
+    if args.resume and not in_bc:
+        accelerator.load_state(ckpt)
         state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
         accelerator.print(
             f"resumed {run_dir} at iteration {state.iteration} ({state.episodes} episodes)"

@@ -371,7 +371,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
     assert -6 <= summary["eval_return"] <= 0 and summary["args"]["backup"] == "bad"
     h = summary["history"][0]
     assert h["losses/actor_steps"] == 2 and 0 <= h["losses/actor_steps_skipped"] <= 2
-    # models [actor, critic], optimisers [actor, BC, critic], registered [reference, RunState]
+    # models [actor, critic], optimisers [actor, BC, critic], registered [RunState, reference]
     ckpt = load_checkpoint(d)
     assert len(ckpt["models"]) == 2 and len(ckpt["optimizers"]) == 3 and len(ckpt["custom"]) == 2
     actor, _ = poad.load_actor(str(d / "actor"), ENV)

@@ -299,9 +299,9 @@ def test_smoke_save_reload_and_resume(tmp_path):
         and summary["wall_time_s"] > 0
     )
     assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
-    # models [actor, value], optimisers [actor, BC, value], registered objects [reference, RunState]
+    # models [actor, value], optimisers [actor, BC, value], registered objects [RunState, reference]
     ckpt = load_checkpoint(d)
-    state = {"actor": ckpt["models"][0], "ref": ckpt["custom"][0], **ckpt["custom"][1]}
+    state = {"actor": ckpt["models"][0], "ref": ckpt["custom"][1], **ckpt["custom"][0]}
     assert len(ckpt["models"]) == 2 and len(ckpt["optimizers"]) == 3 and len(ckpt["custom"]) == 2
     # the saved actor reloads by path with the trained weights; the frozen reference kept the
     # starting (post-BC) ones
@@ -317,7 +317,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
         "episodes"
     ] == 16
     ckpt = load_checkpoint(d)
-    new_state = {"ref": ckpt["custom"][0], **ckpt["custom"][1]}
+    new_state = {"ref": ckpt["custom"][1], **ckpt["custom"][0]}
     assert new_state["iteration"] == 4 and all(
         torch.equal(v, new_state["ref"][k]) for k, v in state["ref"].items()
     )

@@ -218,7 +218,7 @@ def test_command_line_bad_input_is_one_line_on_stderr_with_exit_status_2(tmp_pat
     assert not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("script", ["archer", "chai", "filtered_bc", "qsft"])
+@pytest.mark.parametrize("script", ["archer", "chai", "filtered_bc", "qsft", "ppo_token", "poad"])
 def test_a_warm_start_stopped_midway_resumes_where_it_stopped(script, tmp_path, monkeypatch):
     """The BC / SFT warm start checkpoints every BC_CHECKPOINT_STEPS steps: stopped at step 4 of 5
     (checkpoint at 2), the resumed run redoes steps 3-5 only and ends as the uninterrupted run."""
