@@ -28,13 +28,15 @@ from typing import Optional
 import numpy as np
 import torch
 import tyro
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+PROGRESS_S = 30  # a long phase (rollouts, evaluation, update steps) prints a line this often
+_last_progress = [time.time()]  # when progress() last printed
 BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
@@ -460,7 +462,8 @@ def main(args: Args):
 
         # ALGO LOGIC: critic steps on replay batches, each followed by a target update
         critic_stats = np.zeros(4)  # Q loss, V loss, mean min(Q1, Q2), mean min(V1, V2)
-        for _ in range(args.critic_updates_per_iter):
+        for step in range(1, args.critic_updates_per_iter + 1):
+            progress(f"iter {iteration}: critic step {step}/{args.critic_updates_per_iter}")
             batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
@@ -500,7 +503,9 @@ def main(args: Args):
             )
         if iteration > args.warmup_iters:
             # ALGO LOGIC: Eq. (4), the token-level baseline regressed on A(s, a) of fresh samples
-            for _ in range(args.baseline_updates_per_iter if baseline is not None else 0):
+            n_baseline = args.baseline_updates_per_iter if baseline is not None else 0
+            for step in range(1, n_baseline + 1):
+                progress(f"iter {iteration}: baseline step {step}/{n_baseline}")
                 batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
                 states = [t["obs"] for t in batch]
                 baseline_opt.zero_grad(set_to_none=True)
@@ -519,7 +524,8 @@ def main(args: Args):
                 accelerator.clip_grad_norm_(baseline.parameters(), args.max_grad_norm)
                 baseline_opt.step()
             # ALGO LOGIC: actor steps, REINFORCE on fresh samples a ~ π_φ(·|s), A(s, a) from critic
-            for _ in range(args.actor_updates_per_iter):
+            for step in range(1, args.actor_updates_per_iter + 1):
+                progress(f"iter {iteration}: actor step {step}/{args.actor_updates_per_iter}")
                 batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
                 states = [t["obs"] for t in batch]
                 actor_opt.zero_grad(set_to_none=True)
@@ -971,6 +977,16 @@ def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: boo
     return texts, sampled, sum(len(x) for x in sampled)
 
 
+def progress(text: str):
+    """Print `text` (main process only) when PROGRESS_S seconds have passed since the last such
+    line. Rollouts, evaluations and update loops call it at every step, so no phase of a slow run
+    (a real LM on a CPU, a GPU iteration of hundreds of episodes) is silent for longer."""
+    if time.time() - _last_progress[0] >= PROGRESS_S:
+        _last_progress[0] = time.time()
+        if PartialState().is_main_process:
+            print(f"  ... {text}", flush=True)
+
+
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
     step also keeps the sampled "action_ids") and the token count."""
@@ -989,6 +1005,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
             actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
+        progress(f"{n - sum(vec.active)}/{n} episodes finished, turn {len(steps[live[0]]) + 1}")
         for i in live:
             steps[i].append(
                 {

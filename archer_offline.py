@@ -28,13 +28,15 @@ from typing import Literal, Optional
 import numpy as np
 import torch
 import tyro
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list
 from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+PROGRESS_S = 30  # a long phase (rollouts, evaluation, update steps) prints a line this often
+_last_progress = [time.time()]  # when progress() last printed
 AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
     "resume",
@@ -431,7 +433,8 @@ def main(args: Args):
         it0 = time.time()
         # ALGO LOGIC: critic steps on dataset batches, each followed by a target update
         critic_stats = np.zeros(4)  # Q loss, V loss, mean min(Q1, Q2), mean min(V1, V2)
-        for _ in range(args.critic_updates_per_iter):
+        for step in range(1, args.critic_updates_per_iter + 1):
+            progress(f"iter {iteration}: critic step {step}/{args.critic_updates_per_iter}")
             batch = shard(draw(transitions, args.batch_size, batch_rng), accelerator)
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
@@ -468,7 +471,8 @@ def main(args: Args):
 
         # ALGO LOGIC: actor steps on dataset batches, A = min Q − min V from the online critic
         actor_stats = np.zeros(3)  # actor loss, mean A, mean AWR weight
-        for _ in range(args.actor_updates_per_iter):
+        for step in range(1, args.actor_updates_per_iter + 1):
+            progress(f"iter {iteration}: actor step {step}/{args.actor_updates_per_iter}")
             batch = shard(draw(transitions, args.batch_size, batch_rng), accelerator)
             actor_opt.zero_grad(set_to_none=True)
             step_stats = np.zeros(3)
@@ -880,6 +884,16 @@ def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: boo
     return texts, sampled, sum(len(x) for x in sampled)
 
 
+def progress(text: str):
+    """Print `text` (main process only) when PROGRESS_S seconds have passed since the last such
+    line. Rollouts, evaluations and update loops call it at every step, so no phase of a slow run
+    (a real LM on a CPU, a GPU iteration of hundreds of episodes) is silent for longer."""
+    if time.time() - _last_progress[0] >= PROGRESS_S:
+        _last_progress[0] = time.time()
+        if PartialState().is_main_process:
+            print(f"  ... {text}", flush=True)
+
+
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
     step also keeps the sampled "action_ids") and the token count."""
@@ -898,6 +912,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
             actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
+        progress(f"{n - sum(vec.active)}/{n} episodes finished, turn {len(steps[live[0]]) + 1}")
         for i in live:
             steps[i].append(
                 {

@@ -29,13 +29,15 @@ from typing import Optional
 import numpy as np
 import torch
 import tyro
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+PROGRESS_S = 30  # a long phase (rollouts, evaluation, update steps) prints a line this often
+_last_progress = [time.time()]  # when progress() last printed
 BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
@@ -288,6 +290,7 @@ def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, n: int, seed: 
             actions[i] = cands[j][best[j]]
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
+        progress(f"{n - sum(vec.active)}/{n} episodes finished, turn {len(steps[live[0]]) + 1}")
         for i in live:
             steps[i].append(
                 {
@@ -494,7 +497,8 @@ def main(args: Args):
 
         # ALGO LOGIC: critic steps on replay batches, each followed by a target update
         critic_stats = np.zeros(5)  # Q loss, V loss, CQL, mean min(Q1, Q2), mean min(V1, V2)
-        for _ in range(args.critic_updates_per_iter):
+        for step in range(1, args.critic_updates_per_iter + 1):
+            progress(f"iter {iteration}: critic step {step}/{args.critic_updates_per_iter}")
             batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
@@ -914,6 +918,16 @@ def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: boo
     return texts, sampled, sum(len(x) for x in sampled)
 
 
+def progress(text: str):
+    """Print `text` (main process only) when PROGRESS_S seconds have passed since the last such
+    line. Rollouts, evaluations and update loops call it at every step, so no phase of a slow run
+    (a real LM on a CPU, a GPU iteration of hundreds of episodes) is silent for longer."""
+    if time.time() - _last_progress[0] >= PROGRESS_S:
+        _last_progress[0] = time.time()
+        if PartialState().is_main_process:
+            print(f"  ... {text}", flush=True)
+
+
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
     step also keeps the sampled "action_ids") and the token count."""
@@ -932,6 +946,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
             actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
+        progress(f"{n - sum(vec.active)}/{n} episodes finished, turn {len(steps[live[0]]) + 1}")
         for i in live:
             steps[i].append(
                 {

@@ -34,13 +34,15 @@ from typing import Literal, Optional
 import numpy as np
 import torch
 import tyro
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+PROGRESS_S = 30  # a long phase (rollouts, evaluation, update steps) prints a line this often
+_last_progress = [time.time()]  # when progress() last printed
 BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
@@ -344,6 +346,7 @@ def score_turns(actor, ref, value, tokenizer, pairs, args, device):
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
     for i in range(0, len(pairs), args.micro_batch_size):
         idx = order[i : i + args.micro_batch_size]
+        progress(f"scoring the batch: {i}/{len(pairs)} turns")
         batch = pad_pairs([pairs[j] for j in idx], tokenizer.pad_token_id, "right", device)
         logp, index = action_token_logprobs(actor, *batch)
         if ref is None:
@@ -626,6 +629,7 @@ def main(args: Args):
                     actor, value, actor_opt, value_opt, accelerator, tokenizer, minibatch, args
                 )
                 n_steps += 1
+                progress(f"iter {iteration}: PPO step {n_steps}")
         skipped = int(stats[5])
         stats /= max(n_steps, 1)
         del items  # on-policy: the batch is discarded after its update
@@ -1007,6 +1011,16 @@ def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: boo
     return texts, sampled, sum(len(x) for x in sampled)
 
 
+def progress(text: str):
+    """Print `text` (main process only) when PROGRESS_S seconds have passed since the last such
+    line. Rollouts, evaluations and update loops call it at every step, so no phase of a slow run
+    (a real LM on a CPU, a GPU iteration of hundreds of episodes) is silent for longer."""
+    if time.time() - _last_progress[0] >= PROGRESS_S:
+        _last_progress[0] = time.time()
+        if PartialState().is_main_process:
+            print(f"  ... {text}", flush=True)
+
+
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
     step also keeps the sampled "action_ids") and the token count."""
@@ -1025,6 +1039,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
             actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
+        progress(f"{n - sum(vec.active)}/{n} episodes finished, turn {len(steps[live[0]]) + 1}")
         for i in live:
             steps[i].append(
                 {

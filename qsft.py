@@ -30,7 +30,7 @@ from typing import Literal, Optional
 import numpy as np
 import torch
 import tyro
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list
 from torch.utils.tensorboard import SummaryWriter
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -38,6 +38,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 import envs
 
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
+PROGRESS_S = 30  # a long phase (rollouts, evaluation, update steps) prints a line this often
+_last_progress = [time.time()]  # when progress() last printed
 BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
@@ -464,7 +466,8 @@ def main(args: Args):
     for iteration in range(start_iter + 1, args.iterations + 1):
         it0 = time.time()
         stats = np.zeros(4)  # WCE loss, mean target w, mean p_θ(a|s), share of clipped targets
-        for _ in range(args.updates_per_iter):
+        for step in range(1, args.updates_per_iter + 1):
+            progress(f"iter {iteration}: Q-SFT step {step}/{args.updates_per_iter}")
             batch = shard(draw(turns, args.batch_size, batch_rng), accelerator)
             opt.zero_grad(set_to_none=True)
             for mb, weight in micro_batches(batch, args.micro_batch_size):
@@ -818,6 +821,16 @@ def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: boo
     return texts, sampled, sum(len(x) for x in sampled)
 
 
+def progress(text: str):
+    """Print `text` (main process only) when PROGRESS_S seconds have passed since the last such
+    line. Rollouts, evaluations and update loops call it at every step, so no phase of a slow run
+    (a real LM on a CPU, a GPU iteration of hundreds of episodes) is silent for longer."""
+    if time.time() - _last_progress[0] >= PROGRESS_S:
+        _last_progress[0] = time.time()
+        if PartialState().is_main_process:
+            print(f"  ... {text}", flush=True)
+
+
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """Play n episodes with the actor (batched); returns trajectories in the dataset format (each
     step also keeps the sampled "action_ids") and the token count."""
@@ -836,6 +849,7 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
             actions[i], ids[i] = a, x
         prev = list(obs)
         obs, rewards, dones, infos = vec.step(actions)
+        progress(f"{n - sum(vec.active)}/{n} episodes finished, turn {len(steps[live[0]]) + 1}")
         for i in live:
             steps[i].append(
                 {

@@ -246,3 +246,19 @@ def test_a_warm_start_stopped_midway_resumes_where_it_stopped(script, tmp_path, 
     straight = json.loads((run_dir(tmp_path / "b") / "summary.json").read_text())
     assert trained(resumed) == trained(straight)
     assert resumed["eval_returns"] == straight["eval_returns"]
+
+
+@pytest.mark.parametrize("script", list(SMALL))
+def test_no_long_phase_is_silent(script, tmp_path, monkeypatch, capsys):
+    """progress() prints a line when PROGRESS_S seconds have passed since its last one; rollouts,
+    evaluations and every update loop call it at each step. With PROGRESS_S = 0 every call prints:
+    each phase of an iteration shows up."""
+    mod, args = small(script, tmp_path, iterations=1, checkpoint_every=0)
+    monkeypatch.setattr(mod, "PROGRESS_S", 0)
+    mod.main(args)
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  ... ")]
+    assert any(" episodes finished, turn " in x for x in lines)  # rollouts and evaluations
+    assert any(x.startswith("  ... iter 1: ") for x in lines)  # the update loop
+    monkeypatch.setattr(mod, "PROGRESS_S", 10**6)
+    mod.progress("silent")
+    assert "silent" not in capsys.readouterr().out
