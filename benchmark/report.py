@@ -100,14 +100,37 @@ def mean_std(xs):
 FINAL = {"eval/episodic_return": "eval_return", "eval/success_rate": "eval_success_rate"}
 
 
+def mean_se(xs):
+    """Mean and standard error of the mean (None for one value)."""
+    m, sd = mean_std(xs)
+    return m, (sd / len(xs) ** 0.5 if sd is not None else None)
+
+
+def start_returns(summary):
+    """Per-episode returns of the run's starting policy on its evaluation episodes: the BC actor
+    alone (CHAI: without the critic's choice; filtered BC: its offline evaluation)."""
+    if "actor_eval_returns" in summary:
+        return summary["actor_eval_returns"]
+    if "start_eval_returns" in summary:
+        return summary["start_eval_returns"]
+    return summary["offline_eval"]["returns"]
+
+
+def paired_change(summary):
+    """Mean over the evaluation episodes of (final − start) return: the same episodes and sampling
+    seed at both ends (common random numbers), so the policy's change without most of the noise."""
+    end, start = summary["eval_returns"], start_returns(summary)
+    return sum(e - b for e, b in zip(end, start)) / len(end)
+
+
 def eval_points(run, tag):
-    """{episodes: value} of one run's evaluations. The scripts evaluate in the loop at the last
-    iteration and then once more for summary.json (another draw of the same policy); at that last
-    point the two are averaged."""
+    """{episodes: value} of one run's evaluations: the in-loop ones and the final one of
+    summary.json (the scripts skip the in-loop evaluation at the last iteration; were both there,
+    they would be the same number: evaluation is deterministic)."""
     pts = {s: v for s, v, _ in run["scalars"].get(tag, [])}
     last, key = run["summary"].get("episodes"), FINAL.get(tag)
     if key in run["summary"] and last is not None:
-        pts[last] = (pts[last] + run["summary"][key]) / 2 if last in pts else run["summary"][key]
+        pts[last] = run["summary"][key]
     return pts
 
 
@@ -195,7 +218,8 @@ def online_report(online, results):
     for method, runs in online.items():
         c = curve(runs)
         reach[method] = episodes_to(c, level)
-        ret = mean_std([r["summary"]["eval_return"] for r in runs])
+        ret = mean_se([r["summary"]["eval_return"] for r in runs])
+        change = mean_se([paired_change(r["summary"]) for r in runs])
         succ = mean_std([r["summary"]["eval_success_rate"] for r in runs])
         greedy = [
             r["summary"]["eval_return_greedy"] for r in runs if "eval_return_greedy" in r["summary"]
@@ -205,8 +229,9 @@ def online_report(online, results):
                 "method": LABELS.get(method, method),
                 "seeds": len(runs),
                 "episodes": runs[0]["summary"]["episodes"],
-                "final return": fmt(*ret),
-                "final success": fmt(*succ),
+                "final return (± s.e.)": fmt(*ret),
+                "change from the BC start (± s.e.)": fmt(*change),
+                "final success": fmt(succ[0]),
                 "greedy return": fmt(mean_std(greedy)[0]) if greedy else "n/a",
                 "best eval return": fmt(max(m for _, m, _, _ in c)) if c else "n/a",
                 "episodes to threshold": reach[method]
@@ -221,7 +246,8 @@ def online_report(online, results):
         "method",
         "seeds",
         "episodes",
-        "final return",
+        "final return (± s.e.)",
+        "change from the BC start (± s.e.)",
         "final success",
         "greedy return",
         "best eval return",
@@ -303,27 +329,18 @@ def poad_report(group, name, results):
     rows = []
     for variant, runs in group.items():
         s = [r["summary"] for r in runs]
-        change = [
-            sum(e - b for e, b in zip(x["eval_returns"], x["start_eval_returns"]))
-            / len(x["eval_returns"])
-            for x in s
-        ]
-
-        def mse(xs):
-            m, sd = mean_std(xs)
-            return m, (sd / len(xs) ** 0.5 if sd is not None else None)
-
+        change = [paired_change(x) for x in s]
         rows.append(
             {
                 "variant": LABELS.get(variant, variant),
                 "seeds": len(s),
                 "episodes": s[0]["episodes"],
-                "start return": fmt(mse([x["start_eval_return"] for x in s])[0]),
-                "final return (± s.e.)": fmt(*mse([x["eval_return"] for x in s])),
-                "change (± s.e.)": fmt(*mse(change)),
-                "final success": fmt(mse([x["eval_success_rate"] for x in s])[0]),
-                "greedy return": fmt(mse([x["eval_return_greedy"] for x in s])[0]),
-                "wall time per run (s)": fmt(mse([x["wall_time_s"] for x in s])[0], nd=0),
+                "start return": fmt(mean_se([x["start_eval_return"] for x in s])[0]),
+                "final return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s])),
+                "change (± s.e.)": fmt(*mean_se(change)),
+                "final success": fmt(mean_se([x["eval_success_rate"] for x in s])[0]),
+                "greedy return": fmt(mean_se([x["eval_return_greedy"] for x in s])[0]),
+                "wall time per run (s)": fmt(mean_se([x["wall_time_s"] for x in s])[0], nd=0),
             }
         )
     md = write_table(rows, list(rows[0]), os.path.join(results, name))

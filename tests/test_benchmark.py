@@ -41,6 +41,9 @@ def fake_run(
         "eval_return": returns[-1],
         "eval_success_rate": 0.8,
         "eval_return_greedy": returns[-1] + 1,
+        "eval_returns": [returns[-1]] * 2,  # the per-episode returns behind the paired change
+        "start_eval_returns": [returns[0]] * 2,
+        **({"actor_eval_returns": [actor_eval] * 2} if actor_eval is not None else {}),
         "episodes": steps[-1],
         "wall_time_s": 10.0,
         "args": {"rollouts_per_iter": 16},
@@ -126,7 +129,11 @@ def test_report_writes_tables_and_plot(fake_runs, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     rows = {r["method"]: r for r in csv.DictReader(open(res / "online.csv"))}
-    assert rows["ArCHer"]["final return"] == "-7.50 ± 0.71"
+    # mean ± s.e. over seeds; the change is paired (final − start on the same episodes): ArCHer
+    # +3 and +4, CHAI from its BC actor alone (-11): +3 and +2
+    assert rows["ArCHer"]["final return (± s.e.)"] == "-7.50 ± 0.50"
+    assert rows["ArCHer"]["change from the BC start (± s.e.)"] == "3.50 ± 0.50"
+    assert rows["CHAI"]["change from the BC start (± s.e.)"] == "2.50 ± 0.50"
     assert rows["ArCHer"]["episodes to threshold"] == "128"
     assert rows["Token-level PPO"]["episodes to threshold"] == "> 128"
     md = (res / "results.md").read_text()
@@ -162,12 +169,12 @@ def test_online_rejects_a_budget_that_splits_an_iteration():
     assert cmd[cmd.index("--iterations") + 1] == "20" and cmd[cmd.index("--eval-every") + 1] == "4"
 
 
-def test_last_point_averages_the_in_loop_and_the_final_evaluation():
+def test_the_last_point_is_the_final_evaluation():
     run = {
-        "scalars": {"eval/episodic_return": [(0, -11.0, 0.0), (64, -9.0, 1.0)]},
+        "scalars": {"eval/episodic_return": [(0, -11.0, 0.0), (32, -9.0, 1.0)]},
         "summary": {"episodes": 64, "eval_return": -8.0},
     }
-    assert report.eval_points(run, "eval/episodic_return") == {0: -11.0, 64: -8.5}
+    assert report.eval_points(run, "eval/episodic_return") == {0: -11.0, 32: -9.0, 64: -8.0}
     assert report.eval_points(run, "eval/actor_episodic_return") == {}
 
 
