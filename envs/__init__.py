@@ -162,7 +162,7 @@ __all__ = [
     "save_dataset",
     "scripted_policy",
 ]
-from .collect import collect_scripted, summarize  # noqa: E402  (after the names collect imports)
+from .dataset import collect_scripted, summarize  # noqa: E402
 
 # Registrations of the non-question envs (one line each; modules imported here, after the registry).
 

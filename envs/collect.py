@@ -8,78 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-from . import _GAMES, FORMAT_VERSION, make, names, save_dataset, scripted_policy
-
-
-def collect_scripted(
-    env_name: str,
-    episodes: int,
-    seed: int = 0,
-    mode: str = "suboptimal",
-    progress: bool = False,
-    **env_options,
-) -> list[dict]:
-    """Play ``episodes`` episodes of the scripted policy; episode i is reset with seed
-    ``seed + i``."""
-    # the question games' policies know their targets already; other envs' policies take the env's
-    # options
-    policy_options = (
-        {}
-        if env_name in _GAMES
-        else {
-            k: v
-            for k, v in env_options.items()
-            if (k, v) not in (("max_turns", None), ("oracle", "kb"))
-        }
-    )
-    env = make(env_name, **env_options)
-    policy = scripted_policy(env_name, seed=seed, mode=mode, **policy_options)
-    trajs, start = [], time.time()
-    for i in range(episodes):
-        obs, info = env.reset(seed=seed + i)
-        steps, done = [], False
-        while not done:
-            action = policy(obs)
-            next_obs, reward, term, trunc, info = env.step(action)
-            done = term or trunc
-            steps.append({"observation": obs, "action": action, "reward": reward, "done": done})
-            obs = next_obs
-        trajs.append(
-            {
-                "format_version": FORMAT_VERSION,
-                "env": env_name,
-                "target": info["target"],
-                "steps": steps,
-                "return": sum(s["reward"] for s in steps),
-                "success": info["won"],
-            }
-        )
-        if progress and ((i + 1) % max(1, episodes // 20) == 0 or i + 1 == episodes):
-            rate = (i + 1) / max(time.time() - start, 1e-9)
-            bar = "#" * (20 * (i + 1) // episodes)
-            print(
-                f"\r[{bar:<20}] {i + 1}/{episodes} episodes  {rate:,.0f} ep/s",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-    if progress:
-        print(file=sys.stderr)
-    return trajs
-
-
-def summarize(trajs: list[dict]) -> dict:
-    """Episodes, mean return, success rate, mean turns."""
-    n = len(trajs)
-    return {
-        "episodes": n,
-        "mean_return": sum(t["return"] for t in trajs) / n,
-        "success_rate": sum(t["success"] for t in trajs) / n,
-        "mean_turns": sum(len(t["steps"]) for t in trajs) / n,
-    }
+from . import names, save_dataset
+from .dataset import collect_scripted, summarize
 
 
 def main(argv=None):

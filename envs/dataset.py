@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
+import time
 
 FORMAT_VERSION = 1
 _TOP = {
@@ -141,3 +143,73 @@ def save_dataset(path: str, trajs: list[dict]) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def collect_scripted(
+    env_name: str,
+    episodes: int,
+    seed: int = 0,
+    mode: str = "suboptimal",
+    progress: bool = False,
+    **env_options,
+) -> list[dict]:
+    """Play ``episodes`` episodes of the scripted policy; episode i is reset with seed
+    ``seed + i``."""
+    from . import _GAMES, make, scripted_policy  # the package imports this module first
+
+    # the question games' policies know their targets already; other envs' policies take the env's
+    # options
+    policy_options = (
+        {}
+        if env_name in _GAMES
+        else {
+            k: v
+            for k, v in env_options.items()
+            if (k, v) not in (("max_turns", None), ("oracle", "kb"))
+        }
+    )
+    env = make(env_name, **env_options)
+    policy = scripted_policy(env_name, seed=seed, mode=mode, **policy_options)
+    trajs, start = [], time.time()
+    for i in range(episodes):
+        obs, info = env.reset(seed=seed + i)
+        steps, done = [], False
+        while not done:
+            action = policy(obs)
+            next_obs, reward, term, trunc, info = env.step(action)
+            done = term or trunc
+            steps.append({"observation": obs, "action": action, "reward": reward, "done": done})
+            obs = next_obs
+        trajs.append(
+            {
+                "format_version": FORMAT_VERSION,
+                "env": env_name,
+                "target": info["target"],
+                "steps": steps,
+                "return": sum(s["reward"] for s in steps),
+                "success": info["won"],
+            }
+        )
+        if progress and ((i + 1) % max(1, episodes // 20) == 0 or i + 1 == episodes):
+            rate = (i + 1) / max(time.time() - start, 1e-9)
+            bar = "#" * (20 * (i + 1) // episodes)
+            print(
+                f"\r[{bar:<20}] {i + 1}/{episodes} episodes  {rate:,.0f} ep/s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+    if progress:
+        print(file=sys.stderr)
+    return trajs
+
+
+def summarize(trajs: list[dict]) -> dict:
+    """Episodes, mean return, success rate, mean turns."""
+    n = len(trajs)
+    return {
+        "episodes": n,
+        "mean_return": sum(t["return"] for t in trajs) / n,
+        "success_rate": sum(t["success"] for t in trajs) / n,
+        "mean_turns": sum(len(t["steps"]) for t in trajs) / n,
+    }

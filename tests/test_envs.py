@@ -1,6 +1,7 @@
 """envs/: registry, batched helper, scripted policies, datasets and their validation, corpus."""
 
 import json
+import os
 
 import pytest
 
@@ -197,6 +198,24 @@ def test_collect_cli_writes_dataset_and_prints_statistics(tmp_path, capsys):
     assert "episodes=50" in printed and "mean_return" in printed and "success_rate" in printed
     data = envs.load_dataset(str(out), env="twenty_questions")
     assert len(data) == 50 and abs(s["mean_return"] - sum(t["return"] for t in data) / 50) < 1e-9
+
+
+def test_the_documented_collect_command_prints_no_warning(tmp_path):
+    """`python -m envs.collect` as the README writes it: the package does not import the module it
+    runs (runpy's "found in sys.modules" RuntimeWarning), and a warning-free stderr holds only the
+    progress bar."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", "envs.collect", "--env", "wordle"]
+        + ["--episodes", "3", "--out", str(tmp_path / "w.jsonl")],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert out.returncode == 0 and "Warning" not in out.stderr, out.stderr
+    assert len(envs.load_dataset(str(tmp_path / "w.jsonl"), env="wordle")) == 3
 
 
 def test_corpus_has_dialogues_and_questions():
