@@ -1,0 +1,151 @@
+"""Why does behaviour cloning fail on Guess My City at CPU scale? One BC run per hypothesis.
+
+    python benchmark/gmc_bc.py               # every variant, seed 1 (~40 min on 2 cores)
+    python benchmark/gmc_bc.py --variants base vocab4k
+
+The Twenty Questions recipe (filtered_bc.py offline, rho 1.0: 800 steps of batch 64 at lr 1e-3 on
+2,000 scripted episodes whose policy wins 0.94) applied to Guess My City, and one change at a time:
+  base      the recipe as is: `tiny` (GPT-2 4 layers x 128, byte-level BPE of 1,024 tokens)
+  steps     4x the steps (3,200)
+  data      4x the data (8,000 episodes) and 4x the steps
+  vocab4k   a BPE of 4,096 tokens on the same env text (more merges, still split at newlines only)
+  words4k   a BPE of 4,096 tokens split at words, GPT-2 style (city names become whole tokens;
+            sequences about 3x longer)
+  wide      6 layers x 256 (about 5x the parameters), the same tokenizer
+Every run is evaluated on the same --eval-episodes episodes (sampled) and written to
+runs/benchmark/gmc_bc/<variant>/; the table (success, return, parameters, time) goes to stdout and
+benchmark/results/gmc_bc.md. Model variants are saved as local folders (--actor <folder>), so the
+algorithm scripts need no new flags for this measurement."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+ENV = "guess_my_city"
+VARIANTS = {  # name -> (model: (layers, width, vocab, split), BC steps, scripted episodes)
+    "base": ((4, 128, 1024, "lines"), 800, 2000),
+    "steps": ((4, 128, 1024, "lines"), 3200, 2000),
+    "data": ((4, 128, 1024, "lines"), 3200, 8000),
+    "vocab4k": ((4, 128, 4096, "lines"), 800, 2000),
+    "words4k": ((4, 128, 4096, "words"), 800, 2000),
+    "wide": ((6, 256, 1024, "lines"), 800, 2000),
+}
+
+
+def word_tokenizer(texts, vocab_size):
+    """Byte-level BPE with GPT-2's word pre-split (the `tiny` one splits at newlines only)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+def make_actor(layers, width, vocab, split, path):
+    """A fresh GPT-2 of this shape with a BPE of `vocab` tokens on the env's text, saved to `path`
+    (filtered_bc.py's `tiny` is layers 4, width 128, vocab 1024)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import envs
+    from filtered_bc import train_tiny_tokenizer
+
+    texts = envs.corpus(ENV, 3000)
+    tok = (
+        train_tiny_tokenizer(texts, vocab_size=vocab)
+        if split == "lines"
+        else word_tokenizer(texts, vocab)
+    )
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=512,
+        n_embd=width,
+        n_layer=layers,
+        n_head=4,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return sum(p.numel() for p in model.parameters())
+
+
+def main():
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-episodes", type=int, default=200)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    p.add_argument("--out", default=os.path.join(ROOT, "runs", "benchmark", "gmc_bc"))
+    a = p.parse_args()
+    rows = []
+    for name in a.variants:
+        (layers, width, vocab, split), steps, episodes = VARIANTS[name]
+        out = os.path.join(a.out, name)
+        summary_path = os.path.join(out, "summary.json")
+        if not os.path.exists(summary_path):
+            actor = os.path.join(out, "init")
+            n_params = make_actor(layers, width, vocab, split, actor)
+            cmd = [sys.executable, os.path.join(ROOT, "filtered_bc.py"), "--env", ENV]
+            cmd += ["--actor", actor, "--iterations", "0", "--offline-rho", "1.0"]
+            cmd += ["--offline-steps", str(steps), "--scripted-episodes", str(episodes)]
+            cmd += ["--eval-episodes", str(a.eval_episodes), "--seed", str(a.seed)]
+            cmd += ["--checkpoint-every", "0", "--torch-threads", str(a.threads)]
+            cmd += ["--output-dir", os.path.join(out, "runs")]
+            t0 = time.time()
+            print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[1:])}", flush=True)
+            subprocess.run(cmd, check=True, cwd=ROOT)
+            run = os.path.join(out, "runs", os.listdir(os.path.join(out, "runs"))[0])
+            s = json.load(open(os.path.join(run, "summary.json")))
+            s = {
+                k: s[k]
+                for k in ("eval_return", "eval_return_se", "eval_success_rate")
+                + ("eval_return_greedy", "eval_success_rate_greedy")
+            }
+            s.update(params=n_params, wall_s=time.time() - t0)
+            json.dump(s, open(summary_path, "w"), indent=2)
+        s = json.load(open(summary_path))
+        rows.append(
+            f"| {name} | {layers} x {width}, BPE {vocab} ({split}) | {s['params'] / 1e6:.1f}M | "
+            f"{steps} | {episodes} | {s['eval_success_rate']:.2f} | {s['eval_return']:.2f} ± "
+            f"{s['eval_return_se']:.2f} | {s['eval_success_rate_greedy']:.2f} | "
+            f"{s['wall_s'] / 60:.0f} |"
+        )
+    md = (
+        "| variant | model | parameters | BC steps | episodes | success (sampled) | return ± s.e. |"
+        " success (greedy) | minutes |\n|---|---|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    print(md)
+    os.makedirs(os.path.join(ROOT, "benchmark", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "benchmark", "results", "gmc_bc.md"), "w") as f:
+        f.write(md)
+
+
+if __name__ == "__main__":
+    main()
