@@ -114,7 +114,7 @@ def main():
             cmd += ["--actor", actor, "--iterations", "0", "--offline-rho", "1.0"]
             cmd += ["--offline-steps", str(steps), "--scripted-episodes", str(episodes)]
             cmd += ["--eval-episodes", str(a.eval_episodes), "--seed", str(a.seed)]
-            cmd += ["--checkpoint-every", "0", "--torch-threads", str(a.threads)]
+            cmd += ["--checkpoint-every", "0", "--torch-threads", str(a.threads), "--save-model"]
             cmd += ["--output-dir", os.path.join(out, "runs")]
             t0 = time.time()
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[1:])}", flush=True)
