@@ -362,7 +362,7 @@ def offline_report(offline, results):
             {
                 "method": label,
                 "seeds": len(s),
-                "return": fmt(*mean_std([x["eval_return"] for x in s])),
+                "return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s])),
                 "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
                 "greedy return": fmt(mean_std([x["eval_return_greedy"] for x in s])[0]),
                 "paper (20Q return)": paper,
@@ -372,7 +372,7 @@ def offline_report(offline, results):
 
 
 def qsft_report(game, runs, results):
-    """One game of the Q-SFT Table 1 in miniature: each method's sampled return (mean ± std over
+    """One game of the Q-SFT Table 1 in miniature: each method's sampled return (mean ± s.e. over
     seeds), success, and the paper's number where it has one. Q-SFT's own π_φ (its SFT start, on
     the same episodes) is a row too."""
     from offline_qsft import METHODS, PAPER
@@ -384,7 +384,7 @@ def qsft_report(game, runs, results):
             {
                 "method": METHODS[key][0],
                 "seeds": len(s),
-                "return": fmt(*mean_std([x["eval_return"] for x in s])),
+                "return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s])),
                 "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
                 "paper (Table 1)": PAPER.get(game, {}).get(key, ""),
             }
@@ -394,7 +394,7 @@ def qsft_report(game, runs, results):
                 {
                     "method": "Q-SFT's π_φ (β = 0)",
                     "seeds": len(s),
-                    "return": fmt(*mean_std([x["start_eval"]["return"] for x in s])),
+                    "return (± s.e.)": fmt(*mean_se([x["start_eval"]["return"] for x in s])),
                     "success": fmt(mean_std([x["start_eval"]["success_rate"] for x in s])[0]),
                     "paper (Table 1)": "",
                 }

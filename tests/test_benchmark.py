@@ -144,7 +144,7 @@ def test_report_writes_tables_and_plot(fake_runs, tmp_path):
         "ArCHer (IQL + AWR)",
         "BC (ρ 1.0)",
     ]  # the paper's row order
-    assert off[0]["return"] == "-13.50 ± 0.71" and off[0]["paper (20Q return)"] == "-14.1"
+    assert off[0]["return (± s.e.)"] == "-13.50 ± 0.50" and off[0]["paper (20Q return)"] == "-14.1"
     assert "500" in (res / "throughput.md").read_text()
     timing = list(csv.DictReader(open(res / "timing.csv")))
     assert timing[0]["method"] == "ArCHer" and float(timing[0]["seconds per iteration"]) >= 0
