@@ -1,7 +1,7 @@
 """ArCHer Fig. 3 in miniature: the online methods on the 10-word Twenty Questions, from one BC
 start, one budget.
 
-    python benchmark/online.py  # CPU scale: tiny models, 320 episodes, 3 seeds (~40 min, 2 cores)
+    python benchmark/online.py  # CPU scale: tiny models, 320 episodes, 3 seeds (~1.5 h, 2 cores)
     python benchmark/report.py  # table + plots from whatever has finished
 
 1. The BC start: filtered_bc.py offline with rho = 1.0 (plain BC on 2,000 scripted episodes, seed
@@ -273,7 +273,7 @@ def main():
         default=64,
         help="evaluate every this many online episodes",
     )
-    p.add_argument("--eval-episodes", type=int, default=100, help="episodes per evaluation")
+    p.add_argument("--eval-episodes", type=int, default=200, help="episodes per evaluation")
     p.add_argument("--jobs", type=int, default=2, help="runs at once")
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)"

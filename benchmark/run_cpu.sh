@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate every CPU-scale benchmark result (tiny models, 10-word Twenty Questions) into benchmark/results/.
-# About an hour on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
+# About two hours on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
 # delete runs/benchmark/ to start over. Extra arguments go to benchmark/online.py (e.g. --seeds 1 2 3 --jobs 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
