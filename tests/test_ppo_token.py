@@ -469,7 +469,7 @@ def test_learning_return_holds_and_the_policy_moves_towards_higher_return(tmp_pa
     )  # no significant decline
 
     actor, tok = ppo.load_actor("tiny", ENV)
-    actor.load_state_dict(load_checkpoint(d)["custom"][0])  # the reference: the post-BC policy
+    actor.load_state_dict(load_checkpoint(d)["custom"][1])  # the reference, after RunState
     torch.manual_seed(0)
     trajs, _ = ppo.run_episodes(actor.eval(), tok, args, 48, seed=4242)
     mean_return = sum(t["return"] for t in trajs) / len(trajs)
