@@ -57,7 +57,13 @@ RESUMABLE = (  # flags a resumed run may change (restore_args); every other one 
 )
 # Assumption 4.1 needs returns in [0, 1]: envs whose every turn costs -1 map a win at turn k of H
 # to (H + 1 − k)/H (= (H + R)/H for the original return R), the others a win to 1 (unit_rewards)
-TURN_PRICED = ("twenty_questions", "twenty_questions_subset", "guess_my_city", "wordle")
+TURN_PRICED = (
+    "twenty_questions",
+    "twenty_questions_subset",
+    "guess_my_city",
+    "wordle",
+    "wordle_small",
+)
 WIN_ONLY = (
     "chess",
     "chess_endgame",
@@ -66,7 +72,7 @@ WIN_ONLY = (
     "virtualhome_food_preparation",
     "virtualhome_entertainment",
 )
-HORIZON = {"wordle": 6}  # turn caps the env does not expose as max_turns
+HORIZON = {"wordle": 6, "wordle_small": 6}  # turn caps the env does not expose as max_turns
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The Q-SFT paper's Table 1 at small scale: SFT, filtered BC, offline ArCHer (IQL + AWR) and Q-SFT
 on the same offline data per game, with the same number of policy gradient steps.
 
-    python benchmark/offline_qsft.py                      # 3 games x 4 methods x seeds 1-2
+    python benchmark/offline_qsft.py                      # 4 games x 4 methods x seeds 1-2
     python benchmark/offline_qsft.py --games twenty_questions_subset --seeds 1 2 3
     python benchmark/report.py                            # -> benchmark/results/qsft_<game>.md
 
@@ -22,7 +22,8 @@ import sys
 from online import find_run, run_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GAMES = ["twenty_questions_subset", "wordle", "chess_endgame"]
+GAMES = ["twenty_questions_subset", "wordle_small", "wordle", "chess_endgame"]
+# (wordle_small, the 20-secret CPU-scale game, has no paper row: the paper plays 400+ secrets)
 # the paper's Table 1 (GPT-2-medium; Chess and Wordle from random initialisation; 100 evaluations)
 PAPER = {
     "twenty_questions_subset": {"sft": -17.3, "qsft": -13.1, "ILQL": -14.2},

@@ -169,6 +169,7 @@ from .dataset import collect_scripted, summarize  # noqa: E402
 from . import wordle  # noqa: E402
 
 register("wordle", wordle)
+register("wordle_small", wordle, vocab_size=wordle.SMALL_VOCAB_SIZE)  # the CPU-scale game
 
 from . import chess_env  # noqa: E402
 

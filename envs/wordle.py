@@ -50,6 +50,9 @@ N_LETTERS, MAX_GUESSES = 5, 6
 SHOWN_INVALID = 10
 MODES = ("suboptimal", "greedy", "consistent", "random")
 DEFAULT_VOCAB_SIZE = 400
+# The CPU-scale game registered as "wordle_small": the 20 most common secrets (a tiny model from
+# scratch learns it from a few thousand episodes; the 400-word game it does not, docs/benchmark.md).
+SMALL_VOCAB_SIZE = 20
 # Probability that the data policy guesses a random consistent word (else a random secret-list
 # word), tuned per vocabulary size so that its mean return is close to the paper's data (-4.12);
 # other sizes use the nearest listed one.

@@ -84,7 +84,7 @@ def test_bellman_probability_targets_on_a_two_turn_token_episode():
 
 
 def test_unit_rewards_lie_in_the_unit_interval_and_are_monotone_in_the_return():
-    for env, horizon in (("twenty_questions_subset", 20), ("wordle", 6)):
+    for env, horizon in (("twenty_questions_subset", 20), ("wordle", 6), ("wordle_small", 6)):
         data = envs.collect_scripted(env, 150, seed=3)
         pairs = sorted((t["return"], sum(qsft.unit_rewards(t, env, horizon))) for t in data)
         assert all(0.0 <= u <= 1.0 for _, u in pairs)
