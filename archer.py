@@ -23,7 +23,7 @@ import time
 import zipfile
 from collections import deque
 from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -97,6 +97,10 @@ class Args:
     """trunk of the token baseline (--use-baseline): 'tiny' or a causal LM on the actor's tokens"""
     critic_max_tokens: int = 480
     """critic inputs are left-truncated to this many tokens"""
+    critic_input: Literal["separate", "joint"] = "separate"
+    """the critic's action input: 'separate' (the paper's: a alone, Q heads on [enc(s), enc(a)]) or
+    'joint' (our ablation: s followed by a, Q heads on [enc(s), enc(s a)], so the encoder reads them
+    together, as in the paper's GPT-2-critic ablation)"""
     lora_r: int = 0
     """LoRA rank for the actor (0 = full fine-tuning)"""
     lora_alpha: int = 16
@@ -281,6 +285,13 @@ def soft_update(target, online, tau: float):
         tp.mul_(1.0 - tau).add_(p.detach().to(tp.dtype), alpha=tau)
 
 
+def critic_action_texts(states, acts, joint: bool):
+    """The critic's action input: a itself (App. A.1: s and a are encoded separately) or, with
+    --critic-input joint (our ablation, not the paper's), s followed by a: left-truncated to
+    --critic-max-tokens, so a always survives."""
+    return [s + a for s, a in zip(states, acts)] if joint else list(acts)
+
+
 def fresh_actions_and_advantages(
     actor, critic, tokenizer, critic_tok, states, args, stop_ids, device
 ):
@@ -291,7 +302,12 @@ def fresh_actions_and_advantages(
         adv = advantage(
             *critic(
                 *critic_inputs(critic_tok, states, args.critic_max_tokens, device),
-                *critic_inputs(critic_tok, acts, args.critic_max_tokens, device),
+                *critic_inputs(
+                    critic_tok,
+                    critic_action_texts(states, acts, args.critic_input == "joint"),
+                    args.critic_max_tokens,
+                    device,
+                ),
             )
         )
     return acts, ids, adv
@@ -467,19 +483,22 @@ def main(args: Args):
             batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
-                s, a, s_next = (
+                joint = args.critic_input == "joint"
+                states = [t["obs"] for t in mb]
+                s, s_next = (
                     critic_inputs(critic_tok, [t[key] for t in mb], args.critic_max_tokens, dev)
-                    for key in ("obs", "action", "next_obs")
+                    for key in ("obs", "next_obs")
                 )
+                act_texts = critic_action_texts(states, [t["action"] for t in mb], joint)
+                a = critic_inputs(critic_tok, act_texts, args.critic_max_tokens, dev)
                 r = torch.tensor([t["reward"] for t in mb], device=dev)
                 d = torch.tensor([t["done"] for t in mb], device=dev)
                 # a ~ π_φ(·|s)
-                fresh, _, _ = generate_actions(
-                    raw_actor, tokenizer, [t["obs"] for t in mb], args, stop_ids
-                )
+                fresh, _, _ = generate_actions(raw_actor, tokenizer, states, args, stop_ids)
                 with torch.no_grad():
                     v1_next, v2_next = target.value(*s_next)  # Eq. (1)'s target V̄(s')
-                    fresh_a = critic_inputs(critic_tok, fresh, args.critic_max_tokens, dev)
+                    fresh_texts = critic_action_texts(states, fresh, joint)
+                    fresh_a = critic_inputs(critic_tok, fresh_texts, args.critic_max_tokens, dev)
                     q1_fresh, q2_fresh, _, _ = target(*s, *fresh_a)  # Eq. (2)'s target Q̄(s, a ~ π)
                 q1, q2, v1, v2 = critic(*s, *a)
                 lq = q_loss(q1, q2, r, d, v1_next, v2_next, args.gamma)  # Eq. (1)

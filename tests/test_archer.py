@@ -194,6 +194,23 @@ def test_critic_encodes_state_and_utterance_separately(tiny):
     assert ctok.decode(ids[0, 1:]).endswith("No.\n")
 
 
+def test_joint_critic_input_is_the_state_then_the_action(tiny):
+    """--critic-input joint (our ablation): the Q heads' action input is s followed by a, so the
+    action's encoding depends on s; 'separate' (the paper's) passes a alone."""
+    _, _, critic, ctok = tiny
+    s = ["Questions:\nIs it an animal? No.\n", "Questions:\nIs it an animal? Yes.\n"]
+    a = ["Is it a dog?", "Is it a dog?"]
+    assert archer.critic_action_texts(s, a, joint=False) == a
+    joint = archer.critic_action_texts(s, a, joint=True)
+    assert joint == [s[0] + a[0], s[1] + a[1]]
+    ids, _ = archer.critic_inputs(ctok, [s[0] * 40 + a[0]], 12)  # left truncation keeps a
+    assert ctok.decode(ids[0]).replace(" ", "").endswith("Isitadog?")
+    with torch.no_grad():
+        sep = critic.encode(*archer.critic_inputs(ctok, a, 64))
+        jnt = critic.encode(*archer.critic_inputs(ctok, joint, 64))
+    assert torch.allclose(sep[0], sep[1]) and not torch.allclose(jnt[0], jnt[1])
+
+
 def test_decoder_critic_reads_the_last_real_token(tmp_path):
     from transformers import GPT2Config, GPT2Model
 
@@ -341,6 +358,13 @@ def test_smoke_with_token_baseline(tmp_path):
     assert (
         summary["history"][-1]["losses/actor_loss"] == summary["history"][-1]["losses/actor_loss"]
     )  # not NaN: the actor trained
+
+
+def test_smoke_with_joint_critic_input(tmp_path):
+    archer.main(small_args(tmp_path, critic_input="joint", iterations=2, checkpoint_every=0))
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["args"]["critic_input"] == "joint"
+    assert summary["history"][-1]["losses/q_loss"] == summary["history"][-1]["losses/q_loss"]
 
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):
