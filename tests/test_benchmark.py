@@ -199,3 +199,30 @@ def test_poad_report_gives_the_paired_change_by_hand(tmp_path):
     assert rows["POAD (BAD)"]["change (± s.e.)"] == "3.00 ± 0.00"
     assert rows["NTPO"]["change (± s.e.)"] == "1.00" and "NTPO" in md
     assert (tmp_path / "poad_curves.png").exists()
+
+
+def test_archer_critic_probe_builds_its_probe_and_runs(tmp_path):
+    """benchmark/archer_critic_probe.py: each probe state has a right guess (the oracle says Yes), a
+    wrong guess of another of the 10 objects (No), a question s has asked and one it has not; a
+    few offline critic steps produce the probe numbers."""
+    import archer_critic_probe as probe
+
+    from envs import twenty_questions as tq
+
+    probes = probe.probe_set(10, seed=4242)
+    assert len(probes) > 20
+    for s, target, acts in probes:
+        assert tq.answer(target, acts["right"]) == "Yes."
+        assert tq.answer(target, acts["wrong"]) == "No." and tq._mentioned_objects(acts["wrong"])
+        assert acts["repeated"] + " " in s and acts["new"] not in s
+    out = tmp_path / "probe.json"
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmark", "archer_critic_probe.py"), "--steps", "2",
+         "--probe-every", "2", "--episodes", "20", "--probe-episodes", "5", "--batch-size", "8",
+         "--targets", "mc", "--critic-input", "joint", "--threads", "1", "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][-1]
+    assert result["step"] == 2 and set(result["train"]) == set(result) - {"step", "train"}
+    assert "right-wrong" in run.stdout
