@@ -15,8 +15,12 @@ on held-out scripted states (turn >= 2) for four actions per state:
   new       a valid question from another episode's data that s has not asked
   repeated  a question s has already asked (its answer is in s: no information)
 and prints the mean A of each, the right − wrong gap (± s.e. over states), how often A(right) >
-A(wrong), and the new − repeated gap. A critic that cannot check a guess against the answers in s
-scores right and wrong guesses alike, and an actor trained on it learns to guess anything."""
+A(wrong), the gap on "decided" states (the answers in s leave only the secret among the 10: there a
+right guess is worth 1 − γV(s') >= 1 more), and the new − repeated gap. (Elsewhere a critic that
+reads only s cannot know which guess is right: averaged over the probe states, the gap of the
+Bayes-optimal critic is much smaller than on decided states.) A critic that cannot check a guess
+against the answers in s scores right and wrong guesses alike, and an actor trained on it learns to
+guess anything."""
 
 import argparse
 import copy
@@ -39,8 +43,21 @@ from envs import twenty_questions as tq  # noqa: E402
 ENV = "twenty_questions_subset"
 
 
+def consistent_objects(state: str) -> list:
+    """The objects of the 10 whose oracle answers agree with every answered line of ``state``: what
+    a critic reading s can know about the secret."""
+    pairs = []
+    for text in state.split("\n")[1:]:
+        for reply in ("Yes.", "No.", "Invalid Question."):
+            if text.endswith(" " + reply):
+                pairs.append((text[: -len(reply) - 1], reply))
+                break
+    return [o for o in tq.SUBSET if all(tq.answer(o, q) == r for q, r in pairs)]
+
+
 def probe_set(n_episodes: int, seed: int):
-    """(state, target, {kind: action}) for every state at turn >= 2 of fresh scripted episodes."""
+    """(state, target, {kind: action}, number of objects still consistent with s) for every state at
+    turn >= 2 of fresh scripted episodes."""
     rng = random.Random(seed)
     trajs = envs.collect_scripted(ENV, n_episodes, seed=seed)
     questions = sorted(
@@ -71,7 +88,7 @@ def probe_set(n_episodes: int, seed: int):
                 "new": new,
                 "repeated": rng.choice(asked),
             }
-            out.append((s, t["target"], acts))
+            out.append((s, t["target"], acts, len(consistent_objects(s))))
     return out
 
 
@@ -91,11 +108,18 @@ def probe(critic, tok, probes, joint: bool, max_tokens: int, batch: int = 64):
     adv = {k: np.array(v) for k, v in adv.items()}
     gap = adv["right"] - adv["wrong"]
     rep = adv["new"] - adv["repeated"]
+    # where the answers in s leave only the secret, a right guess is worth 1 − γV(s') ≥ 1 more
+    decided = gap[np.array([p[3] == 1 for p in probes])]
     return {
         **{f"A_{k}": float(v.mean()) for k, v in adv.items()},
         "right_minus_wrong": float(gap.mean()),
         "right_minus_wrong_se": float(gap.std(ddof=1) / np.sqrt(len(gap))),
         "p_right_above_wrong": float((gap > 0).mean()),
+        "decided_states": len(decided),
+        "right_minus_wrong_decided": float(decided.mean()) if len(decided) else float("nan"),
+        "right_minus_wrong_decided_se": (
+            float(decided.std(ddof=1) / np.sqrt(len(decided))) if len(decided) > 1 else float("nan")
+        ),
         "new_minus_repeated": float(rep.mean()),
         "new_minus_repeated_se": float(rep.std(ddof=1) / np.sqrt(len(rep))),
     }
@@ -106,7 +130,9 @@ def line(step, r):
         f"step {step:5d}  A right {r['A_right']:+.2f}  wrong {r['A_wrong']:+.2f}  "
         f"new {r['A_new']:+.2f}  repeated {r['A_repeated']:+.2f}  "
         f"| right-wrong {r['right_minus_wrong']:+.2f} ± "
-        f"{r['right_minus_wrong_se']:.2f} (P>0 {r['p_right_above_wrong']:.2f})  new-repeated "
+        f"{r['right_minus_wrong_se']:.2f} (P>0 {r['p_right_above_wrong']:.2f}; decided states "
+        f"{r['right_minus_wrong_decided']:+.2f} ± {r['right_minus_wrong_decided_se']:.2f})  "
+        f"new-repeated "
         f"{r['new_minus_repeated']:+.2f} ± {r['new_minus_repeated_se']:.2f}"
     )
 

@@ -204,14 +204,18 @@ def test_poad_report_gives_the_paired_change_by_hand(tmp_path):
 def test_archer_critic_probe_builds_its_probe_and_runs(tmp_path):
     """benchmark/archer_critic_probe.py: each probe state has a right guess (the oracle says Yes), a
     wrong guess of another of the 10 objects (No), a question s has asked and one it has not; a
-    few offline critic steps produce the probe numbers."""
+    few offline critic steps produce the probe numbers. The secret is always among the objects
+    consistent with the answers in s; some states leave only it."""
     import archer_critic_probe as probe
 
     from envs import twenty_questions as tq
 
     probes = probe.probe_set(10, seed=4242)
-    assert len(probes) > 20
-    for s, target, acts in probes:
+    assert len(probes) > 20 and any(p[3] == 1 for p in probes)
+    for s, target, acts, n_consistent in probes:
+        assert target in probe.consistent_objects(s) and n_consistent == len(
+            probe.consistent_objects(s)
+        )
         assert tq.answer(target, acts["right"]) == "Yes."
         assert tq.answer(target, acts["wrong"]) == "No." and tq._mentioned_objects(acts["wrong"])
         assert acts["repeated"] + " " in s and acts["new"] not in s
