@@ -292,11 +292,13 @@ def critic_action_texts(states, acts, joint: bool):
     return [s + a for s, a in zip(states, acts)] if joint else list(acts)
 
 
-def fresh_actions_and_advantages(
+def fresh_samples_and_advantages(
     actor, critic, tokenizer, critic_tok, states, args, stop_ids, device
 ):
     """a ~ π_φ(·|s) for each state (texts for the critic, sampled ids for the actor's loss) and
-    A(s,a) from the online critic (Eqs. 3–5). Returns (texts, ids, A)."""
+    A(s,a) from the online critic (Eqs. 3–5), the critic's action input laid out as
+    --critic-input says (archer_offline.py's fresh_actions_and_advantages without that choice).
+    Returns (texts, ids, A)."""
     acts, ids, _ = generate_actions(actor, tokenizer, states, args, stop_ids)
     with torch.no_grad():
         adv = advantage(
@@ -530,7 +532,7 @@ def main(args: Args):
                 baseline_opt.zero_grad(set_to_none=True)
                 metrics["losses/baseline_loss"] = 0.0
                 for mb, w in micro_batches(states, args.micro_batch_size):
-                    acts, ids, adv = fresh_actions_and_advantages(
+                    acts, ids, adv = fresh_samples_and_advantages(
                         raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
                     )
                     pairs = tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids)
@@ -550,7 +552,7 @@ def main(args: Args):
                 actor_opt.zero_grad(set_to_none=True)
                 metrics["losses/actor_loss"], metrics["values/advantage"] = 0.0, 0.0
                 for mb, w in micro_batches(states, args.micro_batch_size):
-                    acts, ids, adv = fresh_actions_and_advantages(
+                    acts, ids, adv = fresh_samples_and_advantages(
                         raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
                     )
                     pairs = tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids)
