@@ -3125,6 +3125,14 @@ CATEGORY_QUESTIONS: list[str] = [
     "Is your city in Oceania?",
 ]
 
+# ... then these, in this order, until one candidate is left (country, then landmarks): a habit a
+# small model can imitate. With random useful questions instead, each guess follows a different mix
+# of answers, and a tiny model's BC start won 0.02 of games (docs/benchmark.md, "Guess My City").
+HABIT_QUESTIONS: list[str] = [
+    "What country is your city in?",
+    "What are the famous landmarks in your city?",
+]
+
 USELESS_QUESTIONS: list[str] = [
     "Do you like your city?",
     "What is your favourite color?",

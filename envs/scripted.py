@@ -5,8 +5,8 @@ The policy reads only the observation. It keeps the targets still consistent wit
 far (a target ``c`` is consistent when the knowledge-base oracle would have given the same answers
 for ``c``) and then, in ``mode="suboptimal"`` (the default):
 - plays category-first: sweeps the game's ``CATEGORY_QUESTIONS`` in their cyclic order from a random
-  starting category until one is answered "yes", then asks random not-yet-asked questions from the
-  useful bank (never the most informative one),
+  starting category until one is answered "yes", then asks the game's ``HABIT_QUESTIONS`` (if it has
+  any) in their order, then random not-yet-asked questions from the useful bank,
 - with probability ``p_useless`` asks an uninformative question instead,
 - with probability ``p_early`` guesses a random consistent target before it is sure,
 - guesses as soon as one candidate is left.
@@ -117,4 +117,7 @@ class ScriptedPolicy:
                 for k in range(len(cats))
                 if cats[(start + k) % len(cats)] in unasked
             )
+        habit = [q for q in getattr(self.module, "HABIT_QUESTIONS", ()) if q in unasked]
+        if habit:  # a habitual order after the sweep (Guess My City): imitable by a small model
+            return habit[0]
         return self.rng.choice(unasked)

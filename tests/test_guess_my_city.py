@@ -585,3 +585,26 @@ def test_llm_prompt():
     p = gmc.llm_prompt("Lima", "Is your city in Asia?")
     assert "Lima" in p and "Is your city in Asia?" in p and CANNOT in p
     assert p.rstrip().endswith("Answer:")
+
+
+def test_scripted_policy_follows_the_habit_and_leaves_room_for_rl():
+    """The data policy (envs.scripted_policy) sweeps continents, then asks HABIT_QUESTIONS in their
+    order (country, then landmarks), so every guess it makes after the sweep follows the same
+    answers: what a small model can imitate (docs/benchmark.md, "Guess My City"). The greedy
+    questioner needs one question, so RL has room: drop the sweep and the useless questions."""
+    from envs.dataset import collect_scripted, summarize
+
+    assert set(gmc.HABIT_QUESTIONS) <= set(gmc.USEFUL_QUESTIONS)
+    country, landmarks = gmc.HABIT_QUESTIONS
+    trajs = collect_scripted("guess_my_city", 300, seed=0)
+    for t in trajs:
+        useful = [s["action"] for s in t["steps"] if s["action"] in gmc.USEFUL_QUESTIONS]
+        after_sweep = [q for q in useful if q not in gmc.CATEGORY_QUESTIONS]
+        assert after_sweep == [country, landmarks][: len(after_sweep)], after_sweep
+        if landmarks in after_sweep:  # asked only while the country leaves several cities
+            country_of = gmc.KB[t["target"]]["country"]
+            assert sum(gmc.KB[c]["country"] == country_of for c in gmc.TARGETS) > 1, t["target"]
+    weak = summarize(trajs)
+    good = summarize(collect_scripted("guess_my_city", 100, seed=0, mode="greedy"))
+    assert weak["success_rate"] > 0.95 and -10 < weak["mean_return"] < -6
+    assert good["mean_return"] > weak["mean_return"] + 5
