@@ -3,8 +3,9 @@
     python benchmark/report.py                                 # runs/benchmark -> benchmark/results
 
 Reads every run's summary.json and TensorBoard scalars under --runs:
-  online/<method>/seed<k>/<run>/       benchmark/online.py        -> online.csv, online.md,
-                                                                     online_curves.png
+  online*/<method>/seed<k>/<run>/      benchmark/online.py        -> <group>.csv, <group>.md,
+                                                                     <group>_curves.png (online:
+                                                                     20Q; online_gmc: Guess My City)
   offline/<row>/seed<k>/<run>/         benchmark/offline_table.py -> offline.csv, offline.md
   qsft/<game>/<method>/seed<k>/<run>/  benchmark/offline_qsft.py  -> qsft_<game>.csv/.md
   throughput/throughput.json, timing/<method>/<run>/
@@ -211,7 +212,9 @@ def write_table(rows, header, path):
 # the three reports
 
 
-def online_report(online, results):
+def online_report(online, results, name="online"):
+    """The online comparison of one env (a folder online*/ of benchmark/online.py runs) ->
+    <name>.csv, <name>.md and <name>_curves.png."""
     level, start, best = threshold(online)
     budget = max(r["summary"]["episodes"] for runs in online.values() for r in runs)
     rows, reach = [], {}
@@ -254,7 +257,7 @@ def online_report(online, results):
         "episodes to threshold",
         "wall time per run (s)",
     ]
-    md = write_table(rows, header, os.path.join(results, "online"))
+    md = write_table(rows, header, os.path.join(results, name))
     md += (
         f"\nBC start (sampled) {start:.2f}; best seed-averaged evaluation {best:.2f}; "
         f"threshold (halfway) {level:.2f}.\n"
@@ -267,7 +270,7 @@ def online_report(online, results):
             else f"PPO / ArCHer episodes to threshold: > {budget / max(a, 1):.1f}× "
             f"(PPO did not reach it in {budget})\n"
         )
-    plot_online(online, level, start, os.path.join(results, "online_curves.png"))
+    plot_online(online, level, start, os.path.join(results, f"{name}_curves.png"))
     return md
 
 
@@ -460,13 +463,16 @@ def main():
         f"# Benchmark results\n\nMeasured at commit {commit} "
         f"on {datetime.date.today().isoformat()} (`python benchmark/report.py`).\n"
     ]
-    online = load_group(os.path.join(a.runs, "online"))
-    online.pop("bc", None)
-    if online:
-        parts.append(
-            "## Online (ArCHer Fig. 3 in miniature)\n\n![online curves](online_curves.png)\n\n"
-            + online_report(online, a.results)
-        )
+    groups = sorted(os.listdir(a.runs)) if os.path.isdir(a.runs) else []
+    for name in [d for d in groups if d.startswith("online")]:  # online, online_gmc, ...
+        online = load_group(os.path.join(a.runs, name))
+        online.pop("bc", None)
+        if online:
+            env = next(iter(online.values()))[0]["summary"]["args"].get("env", "")
+            parts.append(
+                f"## Online (ArCHer Fig. 3 in miniature): {env}\n\n"
+                f"![online curves]({name}_curves.png)\n\n" + online_report(online, a.results, name)
+            )
     offline = load_group(os.path.join(a.runs, "offline"))
     if offline:
         parts.append(
@@ -485,8 +491,7 @@ def main():
     timing = load_group(os.path.join(a.runs, "timing"))
     if tp or timing:
         parts.append("## Throughput\n\n" + throughput_report(tp, timing, a.results))
-    poad_groups = os.listdir(a.runs) if os.path.isdir(a.runs) else []
-    for name in sorted(d for d in poad_groups if d.startswith("poad")):
+    for name in [d for d in groups if d.startswith("poad")]:
         group = load_group(os.path.join(a.runs, name))
         group.pop("bc", None)
         if group:

@@ -62,6 +62,8 @@ def fake_runs(tmp_path_factory):
             fake_run(
                 root, "online", method, seed, returns, actor_eval=-11 if method == "chai" else None
             )
+    for method in ("archer", "filtered_bc"):  # a second env's comparison (Guess My City)
+        fake_run(root, "online_gmc", method, 1, [-12, -11, -9 if method == "archer" else -12])
     for key, ret in [("iql_awr", [-13, -14]), ("bc", [-15, -16])]:
         for seed, r in enumerate(ret, 1):
             fake_run(root, "offline", key, seed, [r], steps=(0,))
@@ -139,6 +141,10 @@ def test_report_writes_tables_and_plot(fake_runs, tmp_path):
     md = (res / "results.md").read_text()
     assert "threshold (halfway) -9.25" in md and "PPO / ArCHer episodes to threshold: > 1.0×" in md
     assert (res / "online_curves.png").stat().st_size > 10_000
+    gmc = {r["method"]: r for r in csv.DictReader(open(res / "online_gmc.csv"))}
+    assert gmc["ArCHer"]["change from the BC start (± s.e.)"].startswith("3.00")
+    assert gmc["Filtered BC"]["final return (± s.e.)"].startswith("-12.00")
+    assert (res / "online_gmc_curves.png").stat().st_size > 10_000 and "online_gmc_curves" in md
     off = list(csv.DictReader(open(res / "offline.csv")))
     assert [r["method"] for r in off] == [
         "ArCHer (IQL + AWR)",
