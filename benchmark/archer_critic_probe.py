@@ -55,6 +55,28 @@ def consistent_objects(state: str) -> list:
     return [o for o in tq.SUBSET if all(tq.answer(o, q) == r for q, r in pairs)]
 
 
+def guess_support(trajs) -> dict:
+    """What the training data shows a critic about guesses: how many guesses it holds, how many are
+    consistent with the answers in s (the scripted policy only ever guesses a consistent object),
+    how many are made at decided states (one object left) and how many of those are right. A
+    critic can learn that a wrong guess is worse than a right one only from data with wrong guesses
+    it could have seen through: inconsistent ones, or wrong ones at decided states."""
+    out = {"guesses": 0, "consistent": 0, "right": 0, "at_decided": 0, "right_at_decided": 0}
+    for t in trajs:
+        for st in t["steps"]:
+            named = tq._mentioned_objects(st["action"]) & set(tq.SUBSET)
+            if len(named) != 1:
+                continue
+            (obj,) = named
+            cands = consistent_objects(st["observation"])
+            out["guesses"] += 1
+            out["consistent"] += obj in cands
+            out["right"] += obj == t["target"]
+            out["at_decided"] += len(cands) == 1
+            out["right_at_decided"] += len(cands) == 1 and obj == t["target"]
+    return out
+
+
 def probe_set(n_episodes: int, seed: int):
     """(state, target, {kind: action}, number of objects still consistent with s) for every state at
     turn >= 2 of fresh scripted episodes."""
@@ -144,7 +166,13 @@ def main():
     p.add_argument("--run", default=None, help="probe this archer.py run's saved critic")
     p.add_argument("--critic", default="tiny", help="critic encoder (archer.py --critic)")
     p.add_argument("--critic-input", default="separate", choices=["separate", "joint"])
-    p.add_argument("--episodes", type=int, default=2000, help="scripted training episodes")
+    p.add_argument("--episodes", type=int, default=2000, help="training episodes")
+    p.add_argument(
+        "--data-actor",
+        default=None,
+        help="train on this actor's own sampled episodes (e.g. a BC actor, runs/<run>/actor) "
+        "instead of the scripted policy's: they hold the wrong guesses the scripted data lacks",
+    )
     p.add_argument("--steps", type=int, default=2000, help="critic steps")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--critic-lr", type=float, default=6e-4)
@@ -186,7 +214,25 @@ def main():
         critic, tok = archer.load_critic(a.critic, ENV)
         target = copy.deepcopy(critic).requires_grad_(False)
         opt = torch.optim.AdamW(critic.parameters(), lr=a.critic_lr)
-        trajs = envs.collect_scripted(ENV, a.episodes, seed=0)
+        if a.data_actor:
+            import types
+
+            actor, actor_tok = archer.load_actor(a.data_actor, ENV)
+            cfg = types.SimpleNamespace(
+                env=ENV, max_turns=None, oracle="kb", max_new_tokens=32, temperature=1.0,
+                top_k=0, top_p=1.0, max_obs_tokens=448,
+            )  # fmt: skip
+            trajs = []
+            for i in range(0, a.episodes, 200):
+                with torch.no_grad():
+                    more, _ = archer.run_episodes(
+                        actor.eval(), actor_tok, cfg, min(200, a.episodes - i), seed=i
+                    )
+                trajs += more
+        else:
+            trajs = envs.collect_scripted(ENV, a.episodes, seed=0)
+        support = guess_support(trajs)
+        print(f"training data guesses: {support}")
         buffer = archer.to_transitions(trajs)
         returns_to_go = []
         for t in trajs:
@@ -241,7 +287,8 @@ def main():
                 results.append({"step": step, **r, "train": fit})
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"args": vars(a), "results": results}, f, indent=1)
+            out = {"args": vars(a), "results": results}
+            json.dump({**out, "data": support} if not a.run else out, f, indent=1)
 
 
 if __name__ == "__main__":

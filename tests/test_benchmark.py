@@ -236,3 +236,28 @@ def test_archer_critic_probe_builds_its_probe_and_runs(tmp_path):
     result = json.loads(out.read_text())["results"][-1]
     assert result["step"] == 2 and set(result["train"]) == set(result) - {"step", "train"}
     assert "right-wrong" in run.stdout
+
+
+def test_scripted_data_never_shows_the_critic_a_wrong_guess_it_could_see_through():
+    """guess_support: the scripted policy guesses only objects consistent with the answers, and at
+    decided states (one object left) only the right one — so a critic trained on its data has never
+    seen an inconsistent guess or a wrong guess at a decided state (which the probe's "wrong" guess
+    mostly is). An actor's own episodes can hold them: here a repeated wrong guess."""
+    import archer_critic_probe as probe
+
+    import envs
+
+    support = probe.guess_support(envs.collect_scripted("twenty_questions_subset", 300, seed=0))
+    assert support["guesses"] > 300 and support["consistent"] == support["guesses"]
+    assert support["right_at_decided"] == support["at_decided"] > 50
+    env = envs.make("twenty_questions_subset")
+    obs, _ = env.reset(options={"target": "pen"})
+    steps = []
+    for action in ["Is it a dog?", "Is it a dog?", "Is it a pen?"]:
+        nxt, r, term, _, _ = env.step(action)
+        steps.append({"observation": obs, "action": action, "reward": r, "done": term})
+        obs = nxt
+    support = probe.guess_support([{"target": "pen", "steps": steps}])
+    assert support == {
+        "guesses": 3, "consistent": 2, "right": 1, "at_decided": 0, "right_at_decided": 0
+    }  # fmt: skip
