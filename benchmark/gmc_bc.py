@@ -1,12 +1,14 @@
-"""Why does behaviour cloning fail on Guess My City at CPU scale? One BC run per hypothesis.
+"""What does behaviour cloning on Guess My City need at CPU scale? One BC run per hypothesis.
 
-    python benchmark/gmc_bc.py               # every variant, seed 1 (~40 min on 2 cores)
-    python benchmark/gmc_bc.py --variants base vocab4k
+    python benchmark/gmc_bc.py               # every variant, seed 1 (~50 min on 2 cores)
+    python benchmark/gmc_bc.py --variants base steps1600
 
 The Twenty Questions recipe (filtered_bc.py offline, rho 1.0: 800 steps of batch 64 at lr 1e-3 on
-2,000 scripted episodes whose policy wins 0.94) applied to Guess My City, and one change at a time:
+2,000 scripted episodes of the data policy) applied to Guess My City, and one change at a time:
   base      the recipe as is: `tiny` (GPT-2 4 layers x 128, byte-level BPE of 1,024 tokens)
-  steps     4x the steps (3,200)
+  steps1600 2x the steps (1,600: what the Guess My City commands in the README use)
+  steps2400 3x the steps
+  lr3e-3    3x the learning rate
   data      4x the data (8,000 episodes) and 4x the steps
   vocab4k   a BPE of 4,096 tokens on the same env text (more merges, still split at newlines only)
   words4k   a BPE of 4,096 tokens split at words, GPT-2 style (city names become whole tokens;
@@ -27,13 +29,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 ENV = "guess_my_city"
-VARIANTS = {  # name -> (model: (layers, width, vocab, split), BC steps, scripted episodes)
-    "base": ((4, 128, 1024, "lines"), 800, 2000),
-    "steps": ((4, 128, 1024, "lines"), 3200, 2000),
-    "data": ((4, 128, 1024, "lines"), 3200, 8000),
-    "vocab4k": ((4, 128, 4096, "lines"), 800, 2000),
-    "words4k": ((4, 128, 4096, "words"), 800, 2000),
-    "wide": ((6, 256, 1024, "lines"), 800, 2000),
+VARIANTS = {  # name -> (model: (layers, width, vocab, split), BC steps, lr, scripted episodes)
+    "base": ((4, 128, 1024, "lines"), 800, 1e-3, 2000),
+    "steps1600": ((4, 128, 1024, "lines"), 1600, 1e-3, 2000),
+    "steps2400": ((4, 128, 1024, "lines"), 2400, 1e-3, 2000),
+    "lr3e-3": ((4, 128, 1024, "lines"), 800, 3e-3, 2000),
+    "data": ((4, 128, 1024, "lines"), 3200, 1e-3, 8000),
+    "vocab4k": ((4, 128, 4096, "lines"), 800, 1e-3, 2000),
+    "words4k": ((4, 128, 4096, "words"), 800, 1e-3, 2000),
+    "wide": ((6, 256, 1024, "lines"), 800, 1e-3, 2000),
 }
 
 
@@ -104,7 +108,7 @@ def main():
     a = p.parse_args()
     rows = []
     for name in a.variants:
-        (layers, width, vocab, split), steps, episodes = VARIANTS[name]
+        (layers, width, vocab, split), steps, lr, episodes = VARIANTS[name]
         out = os.path.join(a.out, name)
         summary_path = os.path.join(out, "summary.json")
         if not os.path.exists(summary_path):
@@ -112,7 +116,8 @@ def main():
             n_params = make_actor(layers, width, vocab, split, actor)
             cmd = [sys.executable, os.path.join(ROOT, "filtered_bc.py"), "--env", ENV]
             cmd += ["--actor", actor, "--iterations", "0", "--offline-rho", "1.0"]
-            cmd += ["--offline-steps", str(steps), "--scripted-episodes", str(episodes)]
+            cmd += ["--offline-steps", str(steps), "--offline-lr", str(lr)]
+            cmd += ["--scripted-episodes", str(episodes)]
             cmd += ["--eval-episodes", str(a.eval_episodes), "--seed", str(a.seed)]
             cmd += ["--checkpoint-every", "0", "--torch-threads", str(a.threads), "--save-model"]
             cmd += ["--output-dir", os.path.join(out, "runs")]
@@ -131,13 +136,14 @@ def main():
         s = json.load(open(summary_path))
         rows.append(
             f"| {name} | {layers} x {width}, BPE {vocab} ({split}) | {s['params'] / 1e6:.1f}M | "
-            f"{steps} | {episodes} | {s['eval_success_rate']:.2f} | {s['eval_return']:.2f} ± "
+            f"{steps} | {lr:g} | {episodes} | {s['eval_success_rate']:.2f} | "
+            f"{s['eval_return']:.2f} ± "
             f"{s['eval_return_se']:.2f} | {s['eval_success_rate_greedy']:.2f} | "
             f"{s['wall_s'] / 60:.0f} |"
         )
     md = (
-        "| variant | model | parameters | BC steps | episodes | success (sampled) | return ± s.e. |"
-        " success (greedy) | minutes |\n|---|---|---|---|---|---|---|---|---|\n"
+        "| variant | model | parameters | BC steps | lr | episodes | success (sampled) |"
+        " return ± s.e. | success (greedy) | minutes |\n|---|---|---|---|---|---|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n"
     )
