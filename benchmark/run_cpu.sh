@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Regenerate every CPU-scale benchmark result (tiny models, 10-word Twenty Questions) into benchmark/results/.
-# About two hours on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
+# Regenerate every CPU-scale benchmark result (tiny models; 10-word Twenty Questions and Guess My City) into
+# benchmark/results/. About three and a half hours on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
 # delete runs/benchmark/ to start over. Extra arguments go to benchmark/online.py (e.g. --seeds 1 2 3 --jobs 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python benchmark/online.py "$@"        # ArCHer Fig. 3 in miniature: 5 methods x 3 seeds, 320 episodes each
+python benchmark/online.py --env guess_my_city --bc-steps 1600 --seeds 1 \
+    --out runs/benchmark/online_gmc  # the same on Guess My City, seed 1 (~1.5 h: CHAI's runs are the longest)
 python benchmark/offline_table.py      # ArCHer Table 1 in miniature: 6 rows, seeds 1-2 (REINFORCE rows: seed 1)
 python benchmark/throughput.py         # rollout path vs bare generate; seconds per iteration per algorithm
-python benchmark/report.py             # -> benchmark/results/{results.md,online_curves.png,*.csv,*.md}
+python benchmark/report.py             # -> benchmark/results/{results.md,online*_curves.png,*.csv,*.md}
