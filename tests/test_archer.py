@@ -502,78 +502,79 @@ def useless_question_mass(model, tokenizer, states):
     return torch.cat(probs).view(len(states), -1).sum(-1).mean().item()
 
 
-def split_episodes(transitions):
-    episodes, current = [], []
-    for t in transitions:
-        current.append(t)
-        if t["done"]:
-            episodes.append(current)
-            current = []
-    return episodes
-
-
 @pytest.mark.slow
-def test_learning_archer_drops_useless_questions_without_losing_return(tmp_path, bc_actor):
-    """From the shared BC actor (conftest.py), 20 iterations of ArCHer with the paper's 50 critic
-    steps per iteration (10 critic-only warm-up iterations, then 10 with actor updates; 320
-    episodes). Asserted: the mechanism the critic teaches — the BC actor copies the scripted
-    policy's uninformative questions (~25% of its utterances), the critic gives them A ≈ −0.4
-    against ≈ 0 for informative ones, and the actor's exact probability of asking one, on 200 states
-    of the warm-up rollouts, falls by a fifth or more — and no significant loss of return (start and
-    end evaluated on the same 200 episodes with the same sampling seed; paired difference > −2
-    s.e.).
-
-    Not asserted, because it does not hold reliably at this budget: a return gain beyond 2 s.e.
-    Measured with the pinned requirements, 2 torch threads (CI): BC -11.90; ArCHer seed 1 +0.63 ±
-    0.61 (1.0 s.e.), seed 2 +2.42 ± 0.58 (4.2 s.e.), seed 3 +0.23 ± 0.62 (0.4 s.e.);
-    uninformative-question probability 0.233 -> 0.100 (seed 1). With one torch thread (a different
-    BC actor, -11.35): seed 1 +1.79 ± 0.54 (3.3 s.e.), identical with torch 2.14.1. So the actor
-    reliably stops asking useless questions, but at 320 episodes the return gain is within noise on
-    2 of 3 seeds; making ArCHer improve reliably (and not collapse later) is the ArCHer-stability
-    issue."""
+def test_learning_archer_keeps_improving_and_drops_useless_questions(tmp_path, bc_actor):
+    """ArCHer's default run from the shared BC actor (conftest.py): 64 iterations (1,024 episodes;
+    the first 10 iterations critic-only), actor lr 5e-5, evaluated every 16 iterations on the same
+    200 episodes. Asserted: (1) the return rises beyond 2 paired s.e.; (2) no collapse: the final
+    return is not below the best mid-run evaluation by more than 1.0 (the old defaults, actor lr
+    1.5e-4, collapsed on seed 3 from a best of -9.16 at 512 episodes to -12.16 at 1,024: a drop of
+    3.0; at 5e-5 seeds 1-3 ended within 0.2 of their best, docs/archer.md); (3) the mechanism the
+    critic teaches: the BC actor copies the scripted policy's uninformative questions, the critic
+    rates them below informative ones, and the actor's exact probability of asking one, on 200
+    scripted states, falls by a fifth or more. Measured (pinned requirements, 2 torch threads): BC
+    -11.90, then -11.23 / -9.55 / -9.08 at 256 / 512 / 768 episodes and -8.86 at 1,024 (the best:
+    margin 1.2 to the bound), paired gain +3.04 +- 0.60 (5.0 s.e.); useless-question probability
+    0.241 -> 0.073. ~25 minutes alone on 2 cores (36 with another run beside it)."""
     actor_dir, _ = bc_actor
     archer.main(
         archer.Args(
             output_dir=str(tmp_path),
             actor=actor_dir,
             bc_steps=0,
-            iterations=20,
-            warmup_iters=10,
-            critic_updates_per_iter=50,
-            actor_lr=1.5e-4,
-            eval_every=0,
+            eval_every=16,
             eval_episodes=200,
-            checkpoint_every=20,
+            checkpoint_every=0,
+            save_model=True,
             device="cpu",
             seed=1,
         )
     )
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
+    assert summary["episodes"] == 1024
     diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
-    assert diff > -2 * se, (
-        summary["start_eval_return"],
-        summary["eval_return"],
-        diff,
-        se,
-    )  # no significant decline
-    ckpt = load_checkpoint(d)  # models [actor, critic], registered objects [target, RunState]
-    state = ckpt["custom"][1]
-    online = split_episodes(state["buffer"])[
-        -summary["episodes"] :
-    ]  # the buffer starts with the scripted episodes
-    assert len(online) == 20 * 16
-    states = [t["obs"] for e in online[:160] for t in e][::8][
-        :200
-    ]  # visited by the unchanged BC actor (warm-up)
+    mid = [h["eval/episodic_return"] for h in summary["history"] if "eval/episodic_return" in h]
+    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
+    assert summary["eval_return"] >= max(mid) - 1.0, (mid, summary["eval_return"])
+    trajs = envs.collect_scripted(ENV, 100, seed=5)
+    states = [st["observation"] for t in trajs for st in t["steps"]][::4][:200]
     bc, tok = archer.load_actor(actor_dir, ENV)
-    trained, _ = archer.load_actor(actor_dir, ENV)
-    trained.load_state_dict(ckpt["models"][0])
+    trained, _ = archer.load_actor(str(d / "actor"), ENV)
     before, after = (
         useless_question_mass(bc, tok, states),
         useless_question_mass(trained, tok, states),
     )
     assert after <= 0.8 * before, (before, after)
+
+
+@pytest.mark.slow
+def test_learning_archer_on_guess_my_city(tmp_path, gmc_bc_actor):
+    """The headline game at CPU scale: from the Guess My City BC actor (conftest.py: 1,600 steps on
+    the habitual scripted questioner's episodes), ArCHer with its defaults for 20 iterations (the
+    first 10 critic-only; 320 episodes: the README's Guess My City command) raises the evaluated
+    return beyond 2 paired s.e. on the same 200 episodes. Measured (pinned requirements, 2 torch
+    threads): BC -9.70, success 0.91 (bound 0.5); ArCHer -7.64, paired gain +2.05 +- 0.36 (5.7
+    s.e.). The fixture takes ~8 minutes, this test ~15 (both measured with another run beside)."""
+    actor_dir, bc = gmc_bc_actor
+    assert bc["eval_success_rate"] >= 0.5, bc["eval_success_rate"]  # the BC start wins
+    archer.main(
+        archer.Args(
+            output_dir=str(tmp_path),
+            env="guess_my_city",
+            actor=actor_dir,
+            bc_steps=0,
+            iterations=20,
+            eval_every=0,
+            eval_episodes=200,
+            checkpoint_every=0,
+            device="cpu",
+            seed=1,
+        )
+    )
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
+    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
 
 
 def test_the_headline_gpt2_command_without_the_weights_is_one_paragraph(tmp_path, monkeypatch):
