@@ -476,6 +476,11 @@ def load_actor(
         )
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch_dtype)
+        # the GGUF weights are de-quantized to torch tensors on load, but transformers keeps a GGUF
+        # "quantizer" on the model that makes save_pretrained refuse (--save-model, the BC start):
+        # drop it, the model is a plain float one
+        model.hf_quantizer, model.is_quantized = None, False
+        model.config.__dict__.pop("quantization_config", None)
     else:
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)

@@ -240,10 +240,15 @@ def test_smollm2_with_lora_one_iteration(tmp_path):
             max_new_tokens=8,
             max_turns=2,
             checkpoint_every=0,
+            save_model=True,
         )
     )
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["episodes"] == 2 and summary["args"]["lora_r"] == 4
+    # the GGUF-loaded model saves (LoRA merged) and loads back as a plain checkpoint that a
+    # later run starts from (--actor runs/<run>/actor)
+    actor, _ = fbc.load_actor(str(run_dir(tmp_path) / "actor"), "twenty_questions_subset")
+    assert getattr(actor, "hf_quantizer", None) is None and actor.config.vocab_size > 40_000
 
 
 @pytest.mark.slow
