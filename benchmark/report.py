@@ -330,6 +330,9 @@ def poad_report(group, name, results):
     mean ± s.e. over seeds, and the paired change (the same evaluation episodes at the start and
     the end, mean ± s.e. over seeds); curves as the online comparison's."""
     rows = []
+    # the Overcooked / VirtualHome returns lie in about [0, 1.4]: two decimals would hide the change
+    starts = [r["summary"]["start_eval_return"] for runs in group.values() for r in runs]
+    nd = 3 if all(abs(x) < 5 for x in starts) else 2
     for variant, runs in group.items():
         s = [r["summary"] for r in runs]
         change = [paired_change(x) for x in s]
@@ -338,11 +341,11 @@ def poad_report(group, name, results):
                 "variant": LABELS.get(variant, variant),
                 "seeds": len(s),
                 "episodes": s[0]["episodes"],
-                "start return": fmt(mean_se([x["start_eval_return"] for x in s])[0]),
-                "final return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s])),
-                "change (± s.e.)": fmt(*mean_se(change)),
+                "start return": fmt(mean_se([x["start_eval_return"] for x in s])[0], nd=nd),
+                "final return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s]), nd=nd),
+                "change (± s.e.)": fmt(*mean_se(change), nd=nd),
                 "final success": fmt(mean_se([x["eval_success_rate"] for x in s])[0]),
-                "greedy return": fmt(mean_se([x["eval_return_greedy"] for x in s])[0]),
+                "greedy return": fmt(mean_se([x["eval_return_greedy"] for x in s])[0], nd=nd),
                 "wall time per run (s)": fmt(mean_se([x["wall_time_s"] for x in s])[0], nd=0),
             }
         )

@@ -207,6 +207,23 @@ def test_poad_report_gives_the_paired_change_by_hand(tmp_path):
     assert (tmp_path / "poad_curves.png").exists()
 
 
+def test_poad_report_shows_three_decimals_for_returns_near_one(tmp_path):
+    """Overcooked / VirtualHome returns lie in about [0, 1.4]: the table keeps three decimals."""
+    root = str(tmp_path / "runs")
+    for seed, end in [(1, 0.95), (2, 0.97)]:
+        extra = {
+            "eval_returns": [end, end],
+            "start_eval_returns": [0.8, 0.8],
+            "start_eval_return": 0.8,
+            "eval_return_greedy": 1.0,
+        }
+        fake_run(root, "poad_vh", "poad", seed, [0.8, end], (0, 64), extra)
+    report.poad_report(report.load_group(os.path.join(root, "poad_vh")), "vh", str(tmp_path))
+    row = next(csv.DictReader(open(tmp_path / "vh.csv")))
+    assert row["final return (± s.e.)"] == "0.960 ± 0.010" and row["start return"] == "0.800"
+    assert row["change (± s.e.)"] == "0.160 ± 0.010"
+
+
 def test_archer_critic_probe_builds_its_probe_and_runs(tmp_path):
     """benchmark/archer_critic_probe.py: each probe state has a right guess (the oracle says Yes), a
     wrong guess of another of the 10 objects (No), a question s has asked and one it has not; a
