@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate every CPU-scale benchmark result (tiny models; 10-word Twenty Questions and Guess My City) into
-# benchmark/results/. About three and a half hours on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
+# Regenerate every CPU-scale benchmark result (tiny models; 10-word Twenty Questions, Guess My City, Overcooked, VirtualHome) into
+# benchmark/results/. About five hours on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
 # delete runs/benchmark/ to start over. Extra arguments go to benchmark/online.py (e.g. --seeds 1 2 3 --jobs 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,5 +8,11 @@ python benchmark/online.py "$@"        # ArCHer Fig. 3 in miniature: 5 methods x
 python benchmark/online.py --env guess_my_city --bc-steps 1600 --seeds 1 \
     --out runs/benchmark/online_gmc  # the same on Guess My City, seed 1 (~1.5 h: CHAI's runs are the longest)
 python benchmark/offline_table.py      # ArCHer Table 1 in miniature: 6 rows, seeds 1-2 (REINFORCE rows: seed 1)
+python benchmark/poad_ntpo.py --variants poad ntpo poad_base_lm poad_gamma088   # POAD vs NTPO, 20Q (~25 min)
+for env in overcooked_tomato_salad virtualhome_food_preparation; do  # POAD Fig. 3 in miniature (~10 min each)
+    python benchmark/poad_ntpo.py --env "$env" --out "runs/benchmark/poad_$env"
+done
+python benchmark/poad_ntpo.py --tiny-vocab 400 --budget 192 \
+    --out runs/benchmark/poad_long   # the action-length ablation, ~8 tokens per question (~1.5 h)
 python benchmark/throughput.py         # rollout path vs bare generate; seconds per iteration per algorithm
 python benchmark/report.py             # -> benchmark/results/{results.md,online*_curves.png,*.csv,*.md}
