@@ -7,7 +7,7 @@ Reads every run's summary.json and TensorBoard scalars under --runs:
                                                                      <group>_curves.png (online:
                                                                      20Q; online_gmc: Guess My City)
   offline/<row>/seed<k>/<run>/         benchmark/offline_table.py -> offline.csv, offline.md
-  qsft/<game>/<method>/seed<k>/<run>/  benchmark/offline_qsft.py  -> qsft_<game>.csv/.md
+  qsft*/<game>/<method>/seed<k>/<run>/ benchmark/offline_qsft.py -> <group>_<game>.csv/.md
   throughput/throughput.json, timing/<method>/<run>/
                                        benchmark/throughput.py    -> throughput.md, timing.csv
   poad*/<variant>/seed<k>/<run>/       benchmark/poad_ntpo.py     -> <group>.md, <group>_curves.png
@@ -377,10 +377,11 @@ def offline_report(offline, results):
     return write_table(rows, list(rows[0]), os.path.join(results, "offline"))
 
 
-def qsft_report(game, runs, results):
+def qsft_report(game, runs, results, name="qsft"):
     """One game of the Q-SFT Table 1 in miniature: each method's sampled return (mean ± s.e. over
     seeds), success, and the paper's number where it has one. Q-SFT's own π_φ (its SFT start, on
-    the same episodes) is a row too."""
+    the same episodes) is a row too. Written to <name>_<game>.md/.csv (name: the runs' group, e.g.
+    qsft3000 for a --steps 3000 benchmark with --out runs/benchmark/qsft3000)."""
     from offline_qsft import METHODS, PAPER
 
     rows = []
@@ -393,9 +394,13 @@ def qsft_report(game, runs, results):
                 "return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s])),
                 "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
                 "paper (Table 1)": PAPER.get(game, {}).get(key, ""),
+                "Q-SFT − its π_φ (paired)": "",
             }
         )
-        if key == "qsft":
+        if key == "qsft":  # the gain over its own SFT start on the same episodes, per seed
+            avg = lambda v: sum(v) / len(v)  # noqa: E731
+            gain = [avg(x["eval_returns"]) - avg(x["start_eval"]["returns"]) for x in s]
+            rows[-1]["Q-SFT − its π_φ (paired)"] = fmt(*mean_se(gain))
             rows.append(
                 {
                     "method": "Q-SFT's π_φ (β = 0)",
@@ -403,9 +408,10 @@ def qsft_report(game, runs, results):
                     "return (± s.e.)": fmt(*mean_se([x["start_eval"]["return"] for x in s])),
                     "success": fmt(mean_std([x["start_eval"]["success_rate"] for x in s])[0]),
                     "paper (Table 1)": "",
+                    "Q-SFT − its π_φ (paired)": "",
                 }
             )
-    return write_table(rows, list(rows[0]), os.path.join(results, f"qsft_{game}"))
+    return write_table(rows, list(rows[0]), os.path.join(results, f"{name}_{game}"))
 
 
 def throughput_report(tp, timing, results):
@@ -481,14 +487,16 @@ def main():
         parts.append(
             "## Offline (ArCHer Table 1 in miniature)\n\n" + offline_report(offline, a.results)
         )
-    qsft_root = os.path.join(a.runs, "qsft")
-    for game in sorted(os.listdir(qsft_root)) if os.path.isdir(qsft_root) else []:
-        runs = load_group(os.path.join(qsft_root, game))
-        if runs:
-            parts.append(
-                f"## Offline, Q-SFT Table 1 in miniature: {game}\n\n"
-                + qsft_report(game, runs, a.results)
-            )
+    for name in [d for d in groups if d.startswith("qsft")]:  # qsft, qsft3000, ...
+        for game in sorted(os.listdir(os.path.join(a.runs, name))):
+            runs = load_group(os.path.join(a.runs, name, game))
+            if runs:
+                args = [r["summary"]["args"] for v in runs.values() for r in v]
+                steps = max(x.get("bc_steps") or x.get("offline_steps") or 0 for x in args)
+                parts.append(
+                    f"## Offline, Q-SFT Table 1 in miniature: {game} ({steps} steps per policy)"
+                    "\n\n" + qsft_report(game, runs, a.results, name)
+                )
     tp_file = os.path.join(a.runs, "throughput", "throughput.json")
     tp = json.load(open(tp_file)) if os.path.exists(tp_file) else []
     timing = load_group(os.path.join(a.runs, "timing"))

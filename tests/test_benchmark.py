@@ -278,3 +278,34 @@ def test_scripted_data_never_shows_the_critic_a_wrong_guess_it_could_see_through
     assert support == {
         "guesses": 3, "consistent": 2, "right": 1, "at_decided": 0, "right_at_decided": 0
     }  # fmt: skip
+
+
+def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
+    """benchmark/offline_qsft.py's runs (here a --steps 3000 group, qsft3000): each method's return
+    (mean ± s.e. over seeds), Q-SFT's own π_φ as a row, and Q-SFT's gain over that π_φ on the same
+    episodes, per seed then mean ± s.e.; the section title gives the steps per policy."""
+    root = tmp_path / "runs"
+    for seed, (sft, start, end) in enumerate([(-4.5, -4.4, -3.8), (-4.3, -4.6, -4.2)], 1):
+        fake_run(str(root), "qsft3000/wordle_small", "sft", seed, [sft], (0,),
+                 {"args": {"offline_steps": 3000}})  # fmt: skip
+        extra = {
+            "eval_returns": [end - 0.5, end + 0.5],
+            "start_eval": {"return": start, "success_rate": 0.4, "returns": [start] * 2},
+            "args": {"bc_steps": 3000},
+        }
+        fake_run(str(root), "qsft3000/wordle_small", "qsft", seed, [end], (0,), extra)
+    res = tmp_path / "results"
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmark", "report.py"), "--runs", str(root),
+         "--results", str(res)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {r["method"]: r for r in csv.DictReader(open(res / "qsft3000_wordle_small.csv"))}
+    # SFT -4.5, -4.3 -> -4.40 ± 0.10; Q-SFT -3.8, -4.2 -> -4.00 ± 0.20; its π_φ -4.4, -4.6 -> -4.50
+    # ± 0.10; gains +0.6, +0.4 -> 0.50 ± 0.10
+    assert rows["SFT (BC, ρ 1.0)"]["return (± s.e.)"] == "-4.40 ± 0.10"
+    assert rows["Q-SFT"]["return (± s.e.)"] == "-4.00 ± 0.20"
+    assert rows["Q-SFT's π_φ (β = 0)"]["return (± s.e.)"] == "-4.50 ± 0.10"
+    assert rows["Q-SFT"]["Q-SFT − its π_φ (paired)"] == "0.50 ± 0.10"
+    assert "wordle_small (3000 steps per policy)" in (res / "results.md").read_text()
