@@ -393,6 +393,9 @@ def qsft_report(game, runs, results, name="qsft"):
                 "seeds": len(s),
                 "return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s])),
                 "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
+                "greedy return": fmt(
+                    mean_std([x.get("eval_return_greedy", math.nan) for x in s])[0]
+                ),
                 "paper (Table 1)": PAPER.get(game, {}).get(key, ""),
                 "Q-SFT − its π_φ (paired)": "",
             }
@@ -407,6 +410,7 @@ def qsft_report(game, runs, results, name="qsft"):
                     "seeds": len(s),
                     "return (± s.e.)": fmt(*mean_se([x["start_eval"]["return"] for x in s])),
                     "success": fmt(mean_std([x["start_eval"]["success_rate"] for x in s])[0]),
+                    "greedy return": "n/a",
                     "paper (Table 1)": "",
                     "Q-SFT − its π_φ (paired)": "",
                 }

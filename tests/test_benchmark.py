@@ -292,6 +292,7 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
             "eval_returns": [end - 0.5, end + 0.5],
             "start_eval": {"return": start, "success_rate": 0.4, "returns": [start] * 2},
             "args": {"bc_steps": 3000},
+            "eval_return_greedy": -3.5,
         }
         fake_run(str(root), "qsft3000/wordle_small", "qsft", seed, [end], (0,), extra)
     res = tmp_path / "results"
@@ -308,4 +309,8 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
     assert rows["Q-SFT"]["return (± s.e.)"] == "-4.00 ± 0.20"
     assert rows["Q-SFT's π_φ (β = 0)"]["return (± s.e.)"] == "-4.50 ± 0.10"
     assert rows["Q-SFT"]["Q-SFT − its π_φ (paired)"] == "0.50 ± 0.10"
+    # greedy: -3.5 for both Q-SFT runs; fake_run gives the SFT runs -3.5 and -3.3
+    assert rows["Q-SFT"]["greedy return"] == "-3.50"
+    assert rows["SFT (BC, ρ 1.0)"]["greedy return"] == "-3.40"
+    assert rows["Q-SFT's π_φ (β = 0)"]["greedy return"] == "n/a"
     assert "wordle_small (3000 steps per policy)" in (res / "results.md").read_text()
