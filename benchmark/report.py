@@ -415,7 +415,43 @@ def qsft_report(game, runs, results, name="qsft"):
                     "Q-SFT − its π_φ (paired)": "",
                 }
             )
-    return write_table(rows, list(rows[0]), os.path.join(results, f"{name}_{game}"))
+    md = write_table(rows, list(rows[0]), os.path.join(results, f"{name}_{game}"))
+    if "qsft" in runs:
+        plot_qsft(runs["qsft"], game, os.path.join(results, f"{name}_{game}_curves.png"))
+        md += f"\n![Q-SFT training curves]({name}_{game}_curves.png)\n"
+    return md
+
+
+def plot_qsft(runs, game, path):
+    """Q-SFT's training per seed: π_φ's Eq. (2) NLL per utterance, then Eq. (3)'s mean target w
+    and mean p_θ(a|s) of the data tokens (logged per iteration of --updates-per-iter steps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, r in enumerate(runs):
+        color, per = f"C{i}", r["summary"]["args"].get("updates_per_iter", 1)
+        nll = r["scalars"].get("losses/bc_nll", [])
+        axes[0].plot([x[0] for x in nll], [x[1] for x in nll], color=color, lw=0.8,
+                     label=f"seed {r['seed']}")  # fmt: skip
+        for tag, ls, what in [
+            ("values/target", "-", "target w"),
+            ("values/likelihood", "--", "p_θ"),
+        ]:
+            v = r["scalars"].get(tag, [])
+            axes[1].plot([x[0] * per for x in v], [x[1] for x in v], color=color, ls=ls,
+                         label=f"{what}, seed {r['seed']}")  # fmt: skip
+    axes[0].set(xlabel="Eq. (2) step", ylabel="π_φ NLL per utterance (Eq. 2)", yscale="log")
+    axes[1].set(xlabel="Eq. (3) step", ylabel="mean over the batch's action tokens")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Q-SFT on {game}: behaviour cloning, then the likelihood model", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def throughput_report(tp, timing, results):

@@ -314,3 +314,4 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
     assert rows["SFT (BC, ρ 1.0)"]["greedy return"] == "-3.40"
     assert rows["Q-SFT's π_φ (β = 0)"]["greedy return"] == "n/a"
     assert "wordle_small (3000 steps per policy)" in (res / "results.md").read_text()
+    assert (res / "qsft3000_wordle_small_curves.png").exists()  # Q-SFT's training curves
