@@ -527,7 +527,10 @@ def main():
         parts.append(
             "## Offline (ArCHer Table 1 in miniature)\n\n" + offline_report(offline, a.results)
         )
-    for name in [d for d in groups if d.startswith("qsft")]:  # qsft, qsft3000, ...
+    qsft_groups = [
+        d for d in groups if d.startswith("qsft") and os.path.isdir(os.path.join(a.runs, d))
+    ]
+    for name in qsft_groups:  # qsft, qsft3000, ...
         for game in sorted(os.listdir(os.path.join(a.runs, name))):
             runs = load_group(os.path.join(a.runs, name, game))
             if runs:
