@@ -3,7 +3,8 @@ on the same offline data per game, with the same number of policy gradient steps
 
     python benchmark/offline_qsft.py                      # 4 games x 4 methods x seeds 1-2
     python benchmark/offline_qsft.py --games twenty_questions_subset --seeds 1 2 3
-    python benchmark/report.py                            # -> benchmark/results/qsft_<game>.md
+    python benchmark/offline_qsft.py --games wordle_small --steps 3000 --out runs/benchmark/qsft3000
+    python benchmark/report.py                            # -> benchmark/results/qsft*_<game>.md
 
 For each game it writes data/qsft_<game>_<episodes>.jsonl (the env's scripted, sub-optimal policy,
 seed 0) unless it exists, and runs every method for each seed into
