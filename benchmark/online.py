@@ -8,9 +8,12 @@ start, one budget.
    1), saved with --save-model to <out>/bc/. Every method and seed starts from this one actor.
 2. Every method x seed with the same budget of online episodes (--budget), evaluated every
    --eval-every-episodes on --eval-episodes episodes (the same targets and env seeds for every run:
-   evaluation cycles the target list with a fixed seed), into <out>/<method>/seed<k>/. A run whose
-   summary.json exists is skipped, so an interrupted benchmark continues where it stopped. --jobs
-   runs go at once, each with cores/jobs threads.
+   evaluation cycles the target list with a fixed seed), into <out>/<method>/seed<k>/. --jobs
+   runs go at once, each with cores/jobs threads. Every run writes a checkpoint at each evaluation,
+   so rerunning the same command continues: a run finished at this budget is skipped, an
+   interrupted one resumes from its last checkpoint, and one finished at a smaller budget is
+   extended (`--budget 2048` after a 1,024-episode benchmark continues each run from episode
+   1,024, with its buffer, optimisers and random state).
 
 Methods (every script's own defaults otherwise; the off-policy ones start their buffers with the
 2,000 scripted episodes, as their defaults do):
@@ -126,7 +129,24 @@ def find_run(out):
     return done[-1] if done else None
 
 
-def method_command(method, seed, actor, a):
+def resumable_run(out, budget):
+    """The run under `out` to continue (the newest run directory with a checkpoint, unless its
+    summary says it already ran `budget` episodes), or None."""
+    if not os.path.isdir(out):
+        return None
+    runs = [os.path.join(out, d) for d in sorted(os.listdir(out))]
+    runs = [r for r in runs if os.path.isdir(os.path.join(r, "checkpoint"))]
+    if not runs:
+        return None
+    summary = os.path.join(runs[-1], "summary.json")
+    if os.path.exists(summary) and json.load(open(summary))["episodes"] >= budget:
+        return None
+    return runs[-1]
+
+
+def method_command(method, seed, actor, a, resume=None):
+    """(out, command) of one run: a fresh one from `actor`, or with `resume` (a run directory) the
+    same run continued to --budget episodes (its other arguments are its own, from args.json)."""
     script, per_iter, flags = METHODS[method]
     if a.paper_scale:
         per_iter, more = PAPER_SCALE[method]
@@ -137,6 +157,12 @@ def method_command(method, seed, actor, a):
             f"multiples of {method}'s {per_iter} rollouts per iteration"
         )
     out = os.path.join(a.out, method, f"seed{seed}")
+    every = a.eval_every_episodes // per_iter
+    if resume:
+        cmd = [sys.executable, script, "--resume", resume]
+        cmd += ["--iterations", str(a.budget // per_iter), "--eval-every", str(every)]
+        cmd += ["--checkpoint-every", str(every), "--output-dir", out]
+        return out, cmd + shlex.split(a.extra)
     cmd = [
         sys.executable,
         script,
@@ -152,11 +178,11 @@ def method_command(method, seed, actor, a):
         "--rollouts-per-iter",
         str(per_iter),
         "--eval-every",
-        str(a.eval_every_episodes // per_iter),
+        str(every),
         "--eval-episodes",
         str(a.eval_episodes),
         "--checkpoint-every",
-        "0",
+        str(every),
         "--output-dir",
         out,
         *shlex.split(a.extra),
@@ -199,7 +225,9 @@ def run_pool(jobs, n_parallel, threads):
         while pending and len(running) < n_parallel:
             name, out, cmd = pending.pop(0)
             os.makedirs(out, exist_ok=True)
-            log = open(out + ".log", "w")
+            log = open(out + ".log", "a")  # a continued run's log follows its first part
+            log.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {' '.join(cmd[1:])}\n")
+            log.flush()
             print(f"[{time.strftime('%H:%M:%S')}] start {name}: {' '.join(cmd[1:])}", flush=True)
             running.append(
                 (
@@ -300,9 +328,22 @@ def main():
         a.methods, key=lambda m: m != "chai"
     ):  # the slowest (CHAI) first packs the pool better
         for seed in a.seeds:
-            out, cmd = method_command(method, seed, actor, a)
-            if find_run(out) is None:
-                jobs.append((f"{method} seed {seed}", out, cmd))
+            out = os.path.join(a.out, method, f"seed{seed}")
+            resume, done = resumable_run(out, a.budget), find_run(out)
+            if (
+                not resume
+                and done
+                and json.load(open(f"{done}/summary.json"))["episodes"] < a.budget
+            ):
+                print(
+                    f"kept {done}: it ran fewer episodes than --budget but has no checkpoint to "
+                    "continue from (delete it to run it again)",
+                    flush=True,
+                )
+            if resume or done is None:
+                out, cmd = method_command(method, seed, actor, a, resume)
+                name = f"{method} seed {seed}" + (" (continued)" if resume else "")
+                jobs.append((name, out, cmd))
     failed = run_pool(jobs, a.jobs, threads)
     print(
         f"online benchmark: {len(jobs) - len(failed)} runs done, {len(failed)} failed, "

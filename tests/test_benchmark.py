@@ -175,6 +175,38 @@ def test_online_rejects_a_budget_that_splits_an_iteration():
     assert cmd[cmd.index("--iterations") + 1] == "20" and cmd[cmd.index("--eval-every") + 1] == "4"
 
 
+def test_online_continues_a_run_from_its_checkpoint(tmp_path):
+    """Rerunning online.py continues: an interrupted run (checkpoint, no summary) or one finished at
+    a smaller budget is resumed to --budget with its own arguments; one at the budget is left."""
+
+    class A:
+        budget, eval_every_episodes, out, env, eval_episodes, critic, paper_scale = (
+            2048,
+            128,
+            str(tmp_path),
+            "e",
+            10,
+            "",
+            False,
+        )
+        extra = "--torch-threads 1"
+
+    out = tmp_path / "archer" / "seed1"
+    assert online.resumable_run(str(out), 2048) is None  # nothing there: a fresh run
+    run = out / "twenty_questions_subset__archer__1__100"
+    (run / "checkpoint").mkdir(parents=True)
+    assert online.resumable_run(str(out), 2048) == str(run)  # interrupted
+    (run / "summary.json").write_text(json.dumps({"episodes": 1024}))
+    assert online.resumable_run(str(out), 2048) == str(run)  # finished at a smaller budget
+    assert online.resumable_run(str(out), 1024) is None  # finished at this one
+    _, cmd = online.method_command("archer", 1, "actor", A, resume=str(run))
+    assert cmd[1:4] == ["archer.py", "--resume", str(run)] and "--actor" not in cmd
+    assert cmd[cmd.index("--iterations") + 1] == "128" and cmd[-2:] == ["--torch-threads", "1"]
+    assert cmd[cmd.index("--checkpoint-every") + 1] == cmd[cmd.index("--eval-every") + 1] == "8"
+    _, fresh = online.method_command("archer", 1, "actor", A)
+    assert fresh[fresh.index("--checkpoint-every") + 1] == "8"  # every evaluation
+
+
 def test_the_last_point_is_the_final_evaluation():
     run = {
         "scalars": {"eval/episodic_return": [(0, -11.0, 0.0), (32, -9.0, 1.0)]},
