@@ -101,6 +101,9 @@ class Args:
     """the critic's action input: 'separate' (the paper's: a alone, Q heads on [enc(s), enc(a)]) or
     'joint' (our ablation: s followed by a, Q heads on [enc(s), enc(s a)], so the encoder reads them
     together, as in the paper's GPT-2-critic ablation)"""
+    advantage_critic: Literal["online", "target"] = "online"
+    """whose Q − V is the actor's advantage A(s, a) in Eqs. (3)–(5): 'online' (the paper's: θ, ψ)
+    or 'target' (our ablation: the Polyak-averaged θ̄, ψ̄; docs/archer.md)"""
     lora_r: int = 0
     """LoRA rank for the actor (0 = full fine-tuning)"""
     lora_alpha: int = 16
@@ -297,8 +300,9 @@ def fresh_samples_and_advantages(
     actor, critic, tokenizer, critic_tok, states, args, stop_ids, device
 ):
     """a ~ π_φ(·|s) for each state (texts for the critic, sampled ids for the actor's loss) and
-    A(s,a) from the online critic (Eqs. 3–5), the critic's action input laid out as
-    --critic-input says (archer_offline.py's fresh_actions_and_advantages without that choice).
+    A(s,a) from `critic` (Eqs. 3–5; the online one unless --advantage-critic target), the
+    critic's action input laid out as --critic-input says (archer_offline.py's
+    fresh_actions_and_advantages without that choice).
     Returns (texts, ids, A)."""
     acts, ids, _ = generate_actions(actor, tokenizer, states, args, stop_ids)
     with torch.no_grad():
@@ -383,6 +387,8 @@ def main(args: Args):
         raw_baseline = accelerator.unwrap_model(baseline)
     target.to(dev)
     raw_actor, raw_critic = accelerator.unwrap_model(actor), accelerator.unwrap_model(critic)
+    # the critic whose Q − V is the actor's advantage (Eqs. 3–5)
+    adv_critic = target if args.advantage_critic == "target" else raw_critic
     stop_ids = newline_token_ids(tokenizer)
 
     # What a checkpoint keeps besides models and optimisers (accelerate also saves every RNG)
@@ -534,7 +540,7 @@ def main(args: Args):
                 metrics["losses/baseline_loss"] = 0.0
                 for mb, w in micro_batches(states, args.micro_batch_size):
                     acts, ids, adv = fresh_samples_and_advantages(
-                        raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
+                        raw_actor, adv_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
                     )
                     pairs = tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids)
                     batch = pad_pairs(pairs, tokenizer.pad_token_id, "right", dev)
@@ -554,7 +560,7 @@ def main(args: Args):
                 metrics["losses/actor_loss"], metrics["values/advantage"] = 0.0, 0.0
                 for mb, w in micro_batches(states, args.micro_batch_size):
                     acts, ids, adv = fresh_samples_and_advantages(
-                        raw_actor, raw_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
+                        raw_actor, adv_critic, tokenizer, critic_tok, mb, args, stop_ids, dev
                     )
                     pairs = tokenize_pairs(tokenizer, mb, acts, args.max_obs_tokens, ids)
                     batch = pad_pairs(pairs, tokenizer.pad_token_id, "right", dev)

@@ -313,6 +313,22 @@ def small_args(tmp_path, **kw):
     return archer.Args(**base)
 
 
+@pytest.mark.parametrize("which", ["online", "target"])
+def test_advantage_critic_flag_picks_whose_q_minus_v_the_actor_sees(tmp_path, monkeypatch, which):
+    """--advantage-critic target (our ablation): the actor's and the baseline's advantages come
+    from the Polyak-averaged target critic (θ̄, ψ̄: no gradients), the default from the online one."""
+    seen, real = [], archer.fresh_samples_and_advantages
+
+    def spy(actor, critic, *rest):
+        seen.append(all(not p.requires_grad for p in critic.parameters()))
+        return real(actor, critic, *rest)
+
+    monkeypatch.setattr(archer, "fresh_samples_and_advantages", spy)
+    archer.main(small_args(tmp_path, advantage_critic=which, use_baseline=True))
+    assert len(seen) == 1 * (2 + 2) * 2  # 1 actor iteration x (2 baseline + 2 actor steps) x 2 mbs
+    assert all(seen) if which == "target" else not any(seen)
+
+
 def test_smoke_save_reload_and_resume(tmp_path):
     archer.main(small_args(tmp_path, save_model=True))
     d = run_dir(tmp_path)
