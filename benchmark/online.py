@@ -20,6 +20,8 @@ Methods (every script's own defaults otherwise; the off-policy ones start their 
   archer           archer.py                 16 rollouts/iter, 10 critic-only warm-up iterations,
                                              50 critic steps/iter
   archer_baseline  archer.py --use-baseline  the same with the learnt V(s) baseline (Eq. 4-5)
+  archer_target_adv  archer.py --advantage-critic target   (ablation, not run by default) the
+                   actor's A = Q - V from the Polyak target critic instead of the online one
   chai             chai.py                   frozen BC actor, best of k = 5 samples by the critic,
                                              16 rollouts/iter
   filtered_bc      filtered_bc.py            top 10% of the buffer, 32 rollouts/iter
@@ -49,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = {
     "archer": ("archer.py", 16, ["--bc-steps", "0"]),
     "archer_baseline": ("archer.py", 16, ["--bc-steps", "0", "--use-baseline"]),
+    "archer_target_adv": ("archer.py", 16, ["--bc-steps", "0", "--advantage-critic", "target"]),
     "chai": ("chai.py", 16, ["--bc-steps", "0"]),
     "filtered_bc": ("filtered_bc.py", 32, ["--offline-steps", "0"]),
     "ppo_token": ("ppo_token.py", 64, ["--bc-steps", "0"]),
@@ -115,6 +118,8 @@ PAPER_SCALE = {
         ["--lr", "6e-6", "--batch-size", "1024", "--micro-batch-size", "32", "--ppo-epochs", "10"],
     ),
 }
+PAPER_SCALE["archer_target_adv"] = PAPER_SCALE["archer"]  # (the flag is in METHODS)
+ABLATIONS = ["archer_target_adv"]  # run only when --methods names them
 
 
 def find_run(out):
@@ -268,7 +273,11 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="methods to run"
+        "--methods",
+        nargs="+",
+        default=[m for m in METHODS if m not in ABLATIONS],
+        choices=list(METHODS),
+        help="methods to run (default: all but the ablations)",
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds per method")
     p.add_argument("--env", default="twenty_questions_subset", help="environment (envs.make name)")

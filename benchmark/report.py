@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # offline_table.
 LABELS = {
     "archer": "ArCHer",
     "archer_baseline": "ArCHer + baseline",
+    "archer_target_adv": "ArCHer, A from the target critic",
     "chai": "CHAI",
     "filtered_bc": "Filtered BC",
     "ppo_token": "Token-level PPO",
