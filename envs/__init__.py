@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 
 from . import guess_my_city, twenty_questions
@@ -37,16 +38,27 @@ _OPTIONS = {"targets", "max_turns", "oracle"}
 #   scripted_policy(seed=0, mode="suboptimal", **options) -> callable obs -> action
 #   MODES                      the scripted-policy modes (the first is the default, the data policy)
 #   corpus(n, seed=0) -> list[str]   sample texts for the ``tiny`` tokenizer
-# and is registered here with one line.
+# and is registered here with one line, by module name: the module is imported when its env is
+# first used, so ``import envs`` never needs an env's third-party package (python-chess, ...).
 _OTHER: dict = {}
 
 
 def register(name: str, module, **fixed_options) -> None:
-    """Register env ``name`` implemented by ``module`` (see the contract above); ``fixed_options``
-    are passed to ``module.make`` and ``module.scripted_policy`` (e.g. a task variant)."""
+    """Register env ``name`` implemented by ``module`` (see the contract above): a module, or its
+    name inside this package (e.g. ``"chess_env"``, imported on first use); ``fixed_options`` are
+    passed to ``module.make`` and ``module.scripted_policy`` (e.g. a task variant)."""
     if name in _GAMES or name in _OTHER:
         raise ValueError(f"env {name!r} is registered twice")
     _OTHER[name] = (module, dict(fixed_options))
+
+
+def _other_module(name: str):
+    """The module of registered env ``name``, imported now if it was registered by name."""
+    module, fixed = _OTHER[name]
+    if isinstance(module, str):
+        module = importlib.import_module(f".{module}", __name__)
+        _OTHER[name] = (module, fixed)
+    return module
 
 
 def names() -> list[str]:
@@ -60,7 +72,7 @@ def game_module(name: str):
     if name in _GAMES:
         return _GAMES[name][0]
     if name in _OTHER:
-        return _OTHER[name][0]
+        return _other_module(name)
     raise ValueError(f"unknown env {name!r}; valid names: {names()}")
 
 
@@ -121,7 +133,7 @@ def corpus(name: str, n: int = 2000, seed: int = 0) -> list[str]:
     """``n`` sample texts of env ``name``: whole scripted dialogues (at least half) plus the game's
     question banks and one guess per target (for training the ``tiny`` tokenizer)."""
     if name in _OTHER:
-        return _OTHER[name][0].corpus(n, seed=seed)
+        return _other_module(name).corpus(n, seed=seed)
     module, targets = game_module(name), _GAMES[name][1]
     rng = random.Random(seed)
     bank = (
@@ -164,24 +176,13 @@ __all__ = [
 ]
 from .dataset import collect_scripted, summarize  # noqa: E402
 
-# Registrations of the non-question envs (one line each; modules imported here, after the registry).
-
-from . import wordle  # noqa: E402
-
-register("wordle", wordle)
-register("wordle_small", wordle, vocab_size=wordle.SMALL_VOCAB_SIZE)  # the CPU-scale game
-
-from . import chess_env  # noqa: E402
-
-register("chess", chess_env, variant="chess")
-register("chess_endgame", chess_env, variant="endgame")
-from . import datasci_coding  # noqa: E402
-
-register("datasci_coding", datasci_coding)
-
-from . import overcooked, virtualhome  # noqa: E402
-
-register("overcooked_tomato_salad", overcooked, task="tomato salad")
-register("overcooked_tomato_lettuce_salad", overcooked, task="tomato-lettuce salad")
-register("virtualhome_food_preparation", virtualhome, task="food_preparation")
-register("virtualhome_entertainment", virtualhome, task="entertainment")
+# Registrations of the non-question envs: one line each, by module name (imported on first use).
+register("wordle", "wordle")
+register("wordle_small", "wordle", vocab_size=20)  # the CPU-scale game (wordle.SMALL_VOCAB_SIZE)
+register("chess", "chess_env", variant="chess")
+register("chess_endgame", "chess_env", variant="endgame")
+register("datasci_coding", "datasci_coding")
+register("overcooked_tomato_salad", "overcooked", task="tomato salad")
+register("overcooked_tomato_lettuce_salad", "overcooked", task="tomato-lettuce salad")
+register("virtualhome_food_preparation", "virtualhome", task="food_preparation")
+register("virtualhome_entertainment", "virtualhome", task="entertainment")
