@@ -443,6 +443,7 @@ SMALL_CLI = [
 ]
 
 
+@pytest.mark.slow  # the fast tier runs filtered_bc.py's two-process test
 def test_two_processes_with_accelerate(tmp_path):
     out = launch_two_processes(
         "archer.py",
