@@ -1114,7 +1114,7 @@ def restore_args(args):
     differs from the run's is refused, naming the flag. "Given" means: not its default value."""
     path = os.path.join(args.resume, "args.json")
     if not os.path.isdir(args.resume):
-        raise SystemExit(f"--resume {args.resume}: no such directory (give a run's runs/<run>)")
+        raise SystemExit(f"--resume {args.resume}: no such directory, so no checkpoint to continue")
     if not os.path.isfile(path):
         ckpt = os.path.isdir(os.path.join(args.resume, "checkpoint"))
         raise SystemExit(

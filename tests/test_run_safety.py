@@ -380,7 +380,7 @@ def test_resume_of_a_folder_that_is_not_a_run_says_what_is_missing(tmp_path):
     (tmp_path / "checkpoint").mkdir()
     with pytest.raises(SystemExit, match=r"not a run directory: no args.json in it"):
         fbc.main(fbc.Args(resume=str(tmp_path)))
-    with pytest.raises(SystemExit, match="no such directory"):
+    with pytest.raises(SystemExit, match="no such directory, so no checkpoint"):
         fbc.main(fbc.Args(resume=str(tmp_path / "nope")))
 
 
