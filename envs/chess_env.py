@@ -68,8 +68,13 @@ import threading
 import time
 import weakref
 
-import chess
-import chess.engine
+try:
+    import chess
+    import chess.engine
+except ImportError as e:  # imported when a chess env is first made (envs/__init__.py)
+    raise ImportError(
+        f"the chess envs (chess, chess_endgame) need python-chess: pip install chess ({e})"
+    ) from e
 
 INSTALL_HINT = (
     "install it with `sudo apt-get install stockfish` (Debian/Ubuntu; the binary goes "

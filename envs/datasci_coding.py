@@ -20,8 +20,11 @@ Generated code is untrusted, so it never runs in this process. Each attempt runs
   namespaces; a read-only view of the system and the Python installation only (not this repository,
   not the home directory; scikit-learn's bundled dataset files are hidden, so the program cannot
   look the labels up); a private size-capped tmpfs as the only writable path; no network at all;
-- "subprocess": the fallback where bwrap is missing or cannot create namespaces: a plain child
-  process, with a loud one-time warning that file-system and network-namespace isolation are off.
+- "subprocess": a plain child process, without file-system and network-namespace isolation. UNSAFE
+  for untrusted code, so never chosen silently: where bwrap is missing or cannot start, ``make``
+  raises RuntimeError (naming ``apt-get install bubblewrap``) unless the caller opts in with
+  ``allow_unsandboxed=True`` (or the environment variable ``TURNRL_ALLOW_UNSANDBOXED=1``, which is
+  how the training scripts opt in); then it runs with a loud one-time warning.
 In both modes ``envs/_sandbox_runner.py`` lowers the resource limits (CPU seconds, address space,
 processes, file size) and installs a seccomp filter (no new processes, no signals to other
 processes, no internet sockets) before the program runs, and the env enforces a wall-clock timeout.
@@ -61,7 +64,17 @@ N_SPLITS = 5  # 5 random 50/50 splits, as the reference (and CAAFE) evaluate
 SIGNATURE = "def build_model(x_train: np.ndarray, y_train: np.ndarray):"
 # The reference refuses two kinds of model outright (they were too slow for it); we keep the rule.
 BANNED = (("GridSearchCV(", "do not use GridSearchCV."), ("SVC(", "do not use SVM."))
-_OPTIONS = {"targets", "max_attempts", "timeout_s", "cpu_s", "memory_mb", "sandbox", "show_name"}
+_OPTIONS = {
+    "targets",
+    "max_attempts",
+    "timeout_s",
+    "cpu_s",
+    "memory_mb",
+    "sandbox",
+    "show_name",
+    "allow_unsandboxed",
+}
+UNSANDBOXED_VAR = "TURNRL_ALLOW_UNSANDBOXED"  # =1: the default of allow_unsandboxed is True
 MAX_CODE_CHARS = 4000  # the failed code shown back to the agent is cut to this many characters
 
 
@@ -345,7 +358,7 @@ def bwrap_command(binds: list[tuple[str, str]], workdir_mb: int = 64) -> list[st
 def bwrap_status() -> tuple[bool, str]:
     """(works, why not): runs the interpreter once inside the sandbox (cached per process)."""
     if _bwrap_path() is None:
-        return False, "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+        return False, "bwrap is not installed"
     try:
         r = subprocess.run(
             bwrap_command([]) + [sys.executable, "-c", "import numpy"],
@@ -361,25 +374,37 @@ def bwrap_status() -> tuple[bool, str]:
     return True, ""
 
 
-def choose_sandbox(requested: str = "auto") -> str:
-    """'bwrap' when it works, else 'subprocess' (warning once per process that isolation is off)."""
+def choose_sandbox(requested: str = "auto", allow_unsandboxed: bool | None = None) -> str:
+    """'bwrap' when it works. Otherwise the sandbox fails closed: RuntimeError, unless the caller
+    opted in to running untrusted code unsandboxed (``allow_unsandboxed=True``; None reads the
+    environment variable TURNRL_ALLOW_UNSANDBOXED=1), and then 'subprocess' with a warning once
+    per process that isolation is off."""
     global _warned
     if requested not in ("auto", "bwrap", "subprocess"):
         raise ValueError(f"sandbox must be 'auto', 'bwrap' or 'subprocess', got {requested!r}")
+    if allow_unsandboxed is None:
+        allow_unsandboxed = os.environ.get(UNSANDBOXED_VAR, "") == "1"
     ok, why = (False, "sandbox='subprocess' was asked for")
     if requested != "subprocess":
         ok, why = bwrap_status()
     if ok:
         return "bwrap"
-    if requested == "bwrap":
-        raise RuntimeError(f"datasci_coding: sandbox='bwrap' but {why}")
+    if requested == "bwrap" or not allow_unsandboxed:
+        raise RuntimeError(
+            f"datasci_coding: refusing to run model-written code without the bubblewrap sandbox "
+            f"({why}). Install it (Debian/Ubuntu: apt-get install bubblewrap) and let it create "
+            "user namespaces; or, UNSAFE (the code can then read and write whatever this user "
+            "can), opt in with allow_unsandboxed=True or, for the training scripts, "
+            f"{UNSANDBOXED_VAR}=1 (docs/envs.md, DataSciCoding)"
+        )
     if not _warned:
         _warned = True
         message = (
             "datasci_coding: running generated code WITHOUT file-system and "
-            f"network-namespace isolation ({why}); only resource limits, a seccomp filter "
-            "and a timeout apply. Install bubblewrap (apt-get install bubblewrap) and let "
-            "it create user namespaces for the real sandbox (docs/envs.md, DataSciCoding)."
+            f"network-namespace isolation ({why}; allow_unsandboxed opted in to it); only "
+            "resource limits, a seccomp filter and a timeout apply. Install bubblewrap "
+            "(apt-get install bubblewrap) and let it create user namespaces for the real "
+            "sandbox (docs/envs.md, DataSciCoding)."
         )
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         print(f"WARNING: {message}", file=sys.stderr)
@@ -553,6 +578,7 @@ class DataSciCodingEnv:
         memory_mb: int = 2048,
         sandbox: str = "auto",
         show_name: bool = True,
+        allow_unsandboxed: bool | None = None,
     ):
         self.targets = list(targets) if targets else list(TARGETS)
         for t in self.targets:
@@ -564,7 +590,7 @@ class DataSciCodingEnv:
             )
         self.name, self.max_attempts = "datasci_coding", int(max_attempts)
         self.show_name = bool(show_name)
-        self.sandbox = choose_sandbox(sandbox)
+        self.sandbox = choose_sandbox(sandbox, allow_unsandboxed)
         cpu = int(cpu_s) if cpu_s else max(2, int(2 * timeout_s))
         limits = {"cpu_s": cpu, "memory_mb": int(memory_mb), "nproc": 64, "fsize_mb": 64}
         self.runner = Sandbox(self.sandbox, limits, timeout_s)
@@ -677,8 +703,10 @@ class DataSciCodingEnv:
 def make(**options) -> DataSciCodingEnv:
     """Options: ``targets`` (subset of TARGETS), ``max_attempts`` (5), ``timeout_s`` (30, wall
     clock per program), ``cpu_s`` (2 x timeout), ``memory_mb`` (2048, address space), ``sandbox``
-    ("auto": bwrap when it works, else a warned subprocess; "bwrap" to require it; "subprocess"),
-    ``show_name`` (True: the header names the dataset as the reference's does; False: "Tabular")."""
+    ("auto": bwrap when it works; "bwrap" to require it; "subprocess"), ``show_name`` (True: the
+    header names the dataset as the reference's does; False: "Tabular"), ``allow_unsandboxed``
+    (False, or True with TURNRL_ALLOW_UNSANDBOXED=1 in the environment: without a working bwrap
+    ``make`` raises RuntimeError; True, UNSAFE, runs the code in a plain subprocess instead)."""
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(

@@ -596,7 +596,7 @@ def test_learning_archer_on_guess_my_city(tmp_path, gmc_bc_actor):
 
 def test_the_headline_gpt2_command_without_the_weights_is_one_paragraph(tmp_path, monkeypatch):
     """`python archer.py --env guess_my_city --actor gpt2` with the Hub unreachable and no weights
-    in the cache: one message (what failed, why, `huggingface-cli download gpt2`, the offline
+    in the cache: one message (what failed, why, `hf download gpt2`, the offline
     alternatives), exit status 2, nothing written."""
     cache = tmp_path / "empty-cache"
     cache.mkdir()
@@ -623,7 +623,7 @@ def test_the_headline_gpt2_command_without_the_weights_is_one_paragraph(tmp_path
     for needed in (
         "--actor gpt2",
         "HF_HUB_OFFLINE",
-        "huggingface-cli download gpt2",
+        "hf download gpt2",
         "--actor tiny",
         "smollm2-135m",
     ):

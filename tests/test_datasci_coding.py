@@ -140,7 +140,9 @@ def test_bwrap_cannot_read_the_envs_files_or_the_bundled_labels(box, monkeypatch
     # ... while without bwrap the same program reaches a perfect score: what the sandbox prevents
     monkeypatch.setattr(dc, "_warned", False)
     with pytest.warns(RuntimeWarning, match="WITHOUT file-system and network-namespace isolation"):
-        plain = envs.make("datasci_coding", sandbox="subprocess", timeout_s=10)
+        plain = envs.make(
+            "datasci_coding", sandbox="subprocess", timeout_s=10, allow_unsandboxed=True
+        )
     assert plain.sandbox == "subprocess"
     _, reward, term, info, _ = attempt(plain, CHEAT)
     assert reward == 1.0 and term and info["won"]
@@ -234,7 +236,7 @@ def test_bwrap_deterministic_given_the_seed(box):
 # --- contract, parsing and penalties (whichever sandbox this machine has) -------------------------
 @pytest.fixture(scope="module")
 def env():
-    e = envs.make("datasci_coding", timeout_s=10)
+    e = envs.make("datasci_coding", timeout_s=10, allow_unsandboxed=True)
     yield e
     e.close()
 
@@ -256,7 +258,9 @@ def test_registration_targets_and_errors(env):
         envs.make("datasci_coding", colour="red")
     with pytest.raises(ValueError, match="sandbox must be"):
         envs.make("datasci_coding", sandbox="docker")
-    hidden = envs.make("datasci_coding", show_name=False, targets=["iris_versicolor"])
+    hidden = envs.make(
+        "datasci_coding", show_name=False, targets=["iris_versicolor"], allow_unsandboxed=True
+    )
     assert hidden.reset(seed=1)[0].startswith('"""Classification with a Tabular Prediction')
     assert {env.reset(seed=s)[1]["target"] for s in range(40)} == set(dc.TARGETS)
 
@@ -362,7 +366,12 @@ def test_scripted_policy_choices():
 
 def test_collect_and_load_dataset(tmp_path):
     trajs = envs.collect_scripted(
-        "datasci_coding", 2, seed=2, targets=["iris_versicolor"], timeout_s=10
+        "datasci_coding",
+        2,
+        seed=2,
+        targets=["iris_versicolor"],
+        timeout_s=10,
+        allow_unsandboxed=True,
     )
     path = tmp_path / "ds.jsonl"
     envs.save_dataset(str(path), trajs)
@@ -375,7 +384,7 @@ def test_collect_and_load_dataset(tmp_path):
 
 
 def test_make_vec_steps_copies():
-    vec = envs.make_vec("datasci_coding", 2, targets=["wine"])
+    vec = envs.make_vec("datasci_coding", 2, targets=["wine"], allow_unsandboxed=True)
     obs, infos = vec.reset(seed=0)
     assert [i["target"] for i in infos] == ["wine", "wine"] and obs[0] == obs[1]
     obs, rewards, dones, infos = vec.step(["model = (", "model = ("])
@@ -388,3 +397,33 @@ def test_corpus_runs_nothing_and_has_prompts_and_fixes():
     assert len(texts) == 300 and time.perf_counter() - start < 2
     assert any(t.startswith('"""Classification with a') and "model.fit" in t for t in texts)
     assert any("Please fix it." in t for t in texts) and texts == envs.corpus("datasci_coding", 300)
+
+
+# --- failing closed: no bwrap, no model-written code, unless the caller opts in -----------------
+@pytest.mark.parametrize("broken", ["missing", "cannot start"])
+def test_without_a_working_bwrap_make_refuses_unless_the_caller_opts_in(broken, monkeypatch):
+    """bwrap missing (not on PATH) or failing to start (simulated): make raises one line naming
+    `apt-get install bubblewrap` and the opt-in; allow_unsandboxed=True, or
+    TURNRL_ALLOW_UNSANDBOXED=1 (how the scripts opt in), runs a warned plain subprocess."""
+    monkeypatch.setattr(dc, "_bwrap_path", lambda: None if broken == "missing" else "/bin/false")
+    monkeypatch.setattr(dc, "bwrap_status", dc.bwrap_status.__wrapped__)  # not the cached answer
+    monkeypatch.setattr(dc, "_warned", False)
+    monkeypatch.delenv(dc.UNSANDBOXED_VAR, raising=False)
+    why = "bwrap is not installed" if broken == "missing" else "bwrap failed (exit 1)"
+    for options in ({}, {"allow_unsandboxed": False}, {"sandbox": "subprocess"}):
+        with pytest.raises(RuntimeError, match="refusing to run model-written code") as e:
+            envs.make("datasci_coding", **options)
+        assert "\n" not in str(e.value) and "allow_unsandboxed=True" in str(e.value)
+        assert "apt-get install bubblewrap" in str(e.value)
+        assert options or why in str(e.value)
+    with pytest.raises(RuntimeError, match="apt-get install bubblewrap"):
+        envs.make("datasci_coding", sandbox="bwrap", allow_unsandboxed=True)  # bwrap required
+    with pytest.warns(RuntimeWarning, match="WITHOUT file-system and network-namespace"):
+        env = envs.make("datasci_coding", allow_unsandboxed=True, timeout_s=10)
+    assert env.sandbox == "subprocess"
+    env.close()
+    monkeypatch.setenv(dc.UNSANDBOXED_VAR, "1")
+    env = envs.make("datasci_coding", timeout_s=10)
+    env.reset(seed=0, options={"target": "iris_versicolor"})
+    assert env.sandbox == "subprocess" and env.step(LOGREG)[1] > 0.5  # it runs
+    env.close()

@@ -2,11 +2,15 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 import envs
 from envs.core import mentions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def play(env, policy, seed):
@@ -231,3 +235,23 @@ def test_mentions_is_whole_word():
     assert mentions("Is it a TENNIS   racket?", "tennis racket")
     assert mentions("Is it São Paulo?", "Sao Paulo") and mentions("Is it Sao Paulo?", "São Paulo")
     assert not mentions("Do you know?", "no") and not mentions("It is not", "no")
+
+
+def test_import_envs_needs_no_env_package_and_chess_names_its_install():
+    """`import envs` works with python-chess unimportable (each env's module is imported when the
+    env is first made); making a chess env then raises one clear ImportError naming the fix."""
+    code = (
+        "import sys; sys.modules['chess'] = None\n"
+        "import envs\n"
+        "assert 'chess_endgame' in envs.names() and 'envs.chess_env' not in sys.modules\n"
+        "envs.make('twenty_questions_subset').reset(seed=0)\n"
+        "for name in ('chess_endgame', 'chess'):\n"
+        "    try:\n"
+        "        envs.make(name)\n"
+        "    except ImportError as e:\n"
+        "        print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("need python-chess: pip install chess" in x for x in lines)

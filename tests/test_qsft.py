@@ -323,9 +323,10 @@ def test_the_q_sft_paper_games_run(env, tmp_path):
     assert 0 <= summary["dataset"]["mean_unit_return"] <= 1
 
 
-def test_an_env_without_a_reward_map_is_refused(tmp_path):
+def test_an_env_without_a_reward_map_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TURNRL_ALLOW_UNSANDBOXED", "1")  # the env is made (checked) first
     with pytest.raises(SystemExit, match="reward map"):
-        qsft.main(small_args(tmp_path, env="datasci_coding"))
+        qsft.main(small_args(tmp_path, env="datasci_coding", max_turns=None))
     assert not any(tmp_path.iterdir())
 
 

@@ -158,7 +158,7 @@ BAD = [
     (dict(env="nope"), "--env: 'nope' is not a known env"),
     (dict(actor="/no/such/model"), "--actor: /no/such/model: no saved model there"),
     (dict(lr=0.0), "--lr: a learning rate must be > 0"),
-    (dict(rho=1.5), "--rho: must lie in [0, 1]"),
+    (dict(rho=1.5), "--rho: must lie in (0, 1], got 1.5"),
     (dict(offline_steps=3, scripted_episodes=0), "--offline-steps > 0 needs --dataset"),
 ]
 
@@ -256,9 +256,185 @@ def test_no_long_phase_is_silent(script, tmp_path, monkeypatch, capsys):
     mod, args = small(script, tmp_path, iterations=1, checkpoint_every=0)
     monkeypatch.setattr(mod, "PROGRESS_S", 0)
     mod.main(args)
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  ... ")]
+    out = capsys.readouterr().out.splitlines()
+    lines = [x for x in out if x.startswith("  ... ")]
     assert any(" episodes finished, turn " in x for x in lines)  # rollouts and evaluations
     assert any(x.startswith("  ... iter 1: ") for x in lines)  # the update loop
+    # the device and dtype once at the start; the last line: start → end, paired difference
+    assert sum(x.startswith("device cpu, dtype float32, 1 process(es); run ") for x in out) == 1
+    assert out[-1].startswith("result: eval return ") and "(paired difference " in out[-1]
     monkeypatch.setattr(mod, "PROGRESS_S", 10**6)
     mod.progress("silent")
     assert "silent" not in capsys.readouterr().out
+
+
+# --- issue 39: inputs that used to slip through; each fails before anything is written ----------
+CLI_BAD = [  # (script, flags, what the one line on stderr says)
+    ("qsft", ["--device", "cuda"], "--device cuda: no CUDA device is visible"),
+    ("archer", ["--device", "gpu"], "--device: 'gpu': choose auto, cpu, cuda, cuda:N or mps"),
+    ("filtered_bc", ["--rho", "0"], "--rho: must lie in (0, 1], got 0.0"),
+    ("chai", ["--output-dir", "{file}/runs"], "--output-dir {file}/runs: cannot create a run"),
+    (
+        "archer_offline",
+        ["--resume", "{tmp}"],
+        "not a run directory: no args.json and no checkpoint/",
+    ),
+    ("poad", ["--env", "datasci_coding"], "apt-get install bubblewrap"),
+    ("ppo_token", ["--env", "chess_endgame"], "pip install chess"),
+]
+
+
+@pytest.mark.parametrize("script,flags,message", CLI_BAD, ids=[c[0] for c in CLI_BAD])
+def test_command_line_refuses_with_one_line_and_writes_nothing(script, flags, message, tmp_path):
+    """Exit status 2, one line on stderr naming the flag and the fix, no traceback, nothing
+    written. bwrap is hidden (PATH holds only the interpreter's folder) and python-chess made
+    unimportable, as on a machine without them."""
+    file = tmp_path / "a-file"
+    file.write_text("")
+    fill = lambda s: s.format(file=file, tmp=tmp_path)  # noqa: E731
+    argv = [f"{script}.py", *map(fill, flags), "--torch-threads", "1"]
+    if "--output-dir" not in flags:
+        argv += ["--output-dir", str(tmp_path / "runs")]
+    run = f"import runpy, sys; sys.modules['chess'] = None; sys.argv = {argv!r}; "
+    run += f"runpy.run_path({argv[0]!r}, run_name='__main__')"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env["PATH"] = os.path.dirname(sys.executable)
+    env.pop("TURNRL_ALLOW_UNSANDBOXED", None)
+    out = subprocess.run(
+        [sys.executable, "-c", run], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert fill(message) in line and line.startswith("--"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and not out.stdout
+
+
+@pytest.mark.parametrize(
+    "script,change,message",
+    [
+        ("filtered_bc", dict(offline_rho=0.0), "--offline-rho: must lie in (0, 1]"),
+        ("filtered_bc", dict(top_p=0.0), "--top-p: must lie in (0, 1]"),
+        ("filtered_bc", dict(max_grad_norm=0.0), "--max-grad-norm: must be > 0"),
+        ("archer", dict(tau=0.0), "--tau: must lie in (0, 1]"),
+        ("archer", dict(gamma=1.5), "--gamma: must lie in [0, 1]"),
+        ("chai", dict(tau=1.5), "--tau: must lie in (0, 1]"),
+        ("archer_offline", dict(expectile=0.3), "--expectile: must lie in [0.5, 1)"),
+        ("archer_offline", dict(expectile=1.0), "--expectile: must lie in [0.5, 1)"),
+        ("ppo_token", dict(clip_coef=0.0), "--clip-coef: must lie in (0, 1)"),
+        ("poad", dict(gae_lambda=-0.1), "--gae-lambda: must lie in [0, 1]"),
+        ("poad", dict(temperature=-1.0), "--temperature: must be a number >= 0"),
+        ("qsft", dict(tau=0.0), "--tau: must lie in (0, 1]"),
+        ("qsft", dict(beta=float("nan")), "--beta: must be a number >= 0"),
+    ],
+)
+def test_fractions_and_coefficients_are_checked_in_their_ranges(script, change, message, tmp_path):
+    mod = importlib.import_module(script)
+    with pytest.raises(SystemExit) as e:
+        mod.check_args(mod.Args(output_dir=str(tmp_path / "runs"), device="cpu", **change))
+    assert message in str(e.value.code) and "\n" not in str(e.value.code)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_device_choices_and_gpu_index(tmp_path, monkeypatch):
+    """cuda:N names one visible GPU of a single-process run (made the current device, which is
+    accelerate's); a GPU that is not there, or cuda:N under accelerate launch, is refused."""
+    import filtered_bc as fbc
+
+    args = lambda device: fbc.Args(output_dir=str(tmp_path), device=device)  # noqa: E731
+    for device in ("cuda:x", "CUDA", "cuda:", "tpu"):
+        with pytest.raises(SystemExit, match="choose auto, cpu, cuda, cuda:N or mps"):
+            fbc.check_args(args(device))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match=r"--device cuda:0: no CUDA device is visible"):
+        fbc.check_args(args("cuda:0"))
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    fbc.check_args(args("cuda:1"))
+    assert chosen == [1]
+    with pytest.raises(SystemExit, match=r"2 CUDA device\(s\) visible \(cuda:0 to cuda:1\)"):
+        fbc.check_args(args("cuda:2"))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit, match="CUDA_VISIBLE_DEVICES"):
+        fbc.check_args(args("cuda:1"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_dir_that_cannot_be_made_leaves_nothing_behind(tmp_path):
+    import filtered_bc as fbc
+
+    (tmp_path / "file").write_text("")
+    for out, error in [("file/a/b", "Not a directory"), ("file", "File exists")]:
+        with pytest.raises(SystemExit) as e:
+            fbc.check_args(fbc.Args(output_dir=str(tmp_path / out), device="cpu"))
+        assert str(e.value.code).startswith(f"--output-dir {tmp_path / out}: cannot create")
+        assert error in str(e.value.code)
+    fbc.check_args(fbc.Args(output_dir=str(tmp_path / "new" / "runs"), device="cpu"))
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]  # checked, and removed again
+
+
+def test_resume_of_a_folder_that_is_not_a_run_says_what_is_missing(tmp_path):
+    import filtered_bc as fbc
+
+    (tmp_path / "checkpoint").mkdir()
+    with pytest.raises(SystemExit, match=r"not a run directory: no args.json in it"):
+        fbc.main(fbc.Args(resume=str(tmp_path)))
+    with pytest.raises(SystemExit, match="no such directory, so no checkpoint"):
+        fbc.main(fbc.Args(resume=str(tmp_path / "nope")))
+
+
+def test_a_hub_id_offline_is_one_attempt_and_names_hf_download(tmp_path, monkeypatch):
+    """With the Hub unreachable (HF_HUB_OFFLINE unset), the check asks once, without
+    huggingface_hub's retries (~25 s of them), and names the command huggingface-hub ships."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    import archer
+
+    calls = []
+
+    def unreachable(*a, **kw):
+        calls.append(a)
+        raise OSError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", unreachable)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **kw: 1 / 0)
+    with pytest.raises(SystemExit) as e:
+        archer.check_hub_model("actor", "gpt2")
+    assert len(calls) == 1 and "`hf download gpt2`" in str(e.value.code)
+    assert "Name or service not known" in str(e.value.code) and "\n" not in str(e.value.code)
+
+
+def test_unknown_flags_get_tyro_suggestions():
+    out = subprocess.run(
+        [sys.executable, "filtered_bc.py", "--rollout-per-iter", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "Perhaps you meant" in out.stderr
+    assert "--rollouts-per-iter" in out.stderr
+
+
+def test_progress_lines_tell_evaluation_from_training_and_the_last_line_is_the_result():
+    import chai
+
+    line = chai.metrics_line(
+        {
+            "charts/episodic_return": -8.44,
+            "eval/episodic_return": -9.87,
+            "eval/episodic_return_se": 0.52,
+            "eval/success_rate": 0.5,
+        }
+    )
+    assert line == "episodic_return -8.44  eval_return -9.87 ± 0.52  eval_success_rate 0.5"
+    start = {"return": -10.0, "return_se": 1.0, "returns": [-10.0, -12.0, -8.0]}
+    final = {"return": -8.0, "return_se": 1.0, "returns": [-9.0, -9.0, -6.0]}
+    assert chai.result_line(start, final) == (
+        "result: eval return -10.00 ± 1.00 → -8.00 ± 1.00 (paired difference +2.00 ± 0.58, "
+        "3 episodes)"
+    )
+    assert chai.result_line(None, final).startswith("result: eval return -8.00 ± 1.00 (no start")
