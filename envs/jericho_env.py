@@ -82,7 +82,7 @@ TEST_MAX_SCORE = 50
 DETECTIVE_URL = "https://ifarchive.org/if-archive/games/zcode/detective.z5"
 DETECTIVE_MD5 = "822655c9be83e292e06d3d3b1d6a9734"  # the release Jericho supports
 JERICHO_INSTALL = (
-    "pip install -r requirements-jericho.txt  (jericho==3.3.1; compiles frotz with gcc)"
+    "pip install -r requirements-jericho.txt (jericho==3.3.1; compiles frotz with gcc)"
 )
 GAMES = {None: 50, "detective": 60}  # game -> default max_steps
 MAX_COMMAND_CHARS = 120

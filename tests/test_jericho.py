@@ -226,11 +226,14 @@ def test_the_checked_in_game_is_its_source_compiled(tmp_path):
     the header's serial number (the compile date) and checksum."""
     src = je.TEST_ROM.with_suffix(".inf")
     out = tmp_path / "g.z5"
-    subprocess.run(
+    done = subprocess.run(
         ["inform6", "-v5", "+include_path=/usr/share/inform6/library", str(src), str(out)],
         check=True,
         capture_output=True,
+        text=True,
     )
+    if "Inform 6.41" not in done.stdout:
+        pytest.skip(f"the .z5 was built by Inform 6.41, this is {done.stdout.splitlines()[0]!r}")
     new, old = bytearray(out.read_bytes()), bytearray(je.TEST_ROM.read_bytes())
     for b in (new, old):
         b[0x12:0x18], b[0x1C:0x1E] = b"000000", b"00"
