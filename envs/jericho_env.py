@@ -394,11 +394,15 @@ def scripted_policy(
 def corpus(n: int, seed: int = 0) -> list[str]:
     """``n`` texts for the tiny tokenizer: whole scripted episodes (up to 50 distinct ones, cycled)
     of the ROM ``make`` opens by default (``$TURNRL_ROM`` or the test game), then the walkthrough's
-    and the noise vocabulary's commands."""
+    and the noise vocabulary's commands. For a game without a known walkthrough the episodes are
+    random generic commands (directions, look, inventory, wait)."""
     rom = resolve_rom()
     game = "detective" if rom.is_file() and _md5(str(rom)) == DETECTIVE_MD5 else None
     env = JerichoEnv(rom_path=rom, game=game)
-    policy = scripted_policy(seed=seed, rom_path=rom, game=game)
+    try:
+        policy = scripted_policy(seed=seed, rom_path=rom, game=game)
+    except ValueError:  # no known walkthrough: explore with the generic commands
+        policy = WalkthroughPolicy([], seed=seed)
     commands = sorted(set(policy.vocabulary) | set(policy.commands))[: n // 2]
     episodes = []
     for i in range(min(max(n - len(commands), 1), 50)):

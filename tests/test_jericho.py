@@ -184,6 +184,26 @@ def test_rom_from_the_environment_variable_and_the_detective_checks(monkeypatch,
 
 
 @needs_jericho
+def test_a_game_jericho_does_not_know(monkeypatch, tmp_path):
+    """Any other Z-machine game: score and moves from its status line, its file name as target,
+    no scripted policy (no walkthrough), a corpus from generic commands."""
+    data = bytearray(je.TEST_ROM.read_bytes())
+    data[0x12:0x18] = b"990101"  # another serial number: a file neither Jericho nor we know
+    rom = tmp_path / "lighthouse.z5"
+    rom.write_bytes(bytes(data))
+    monkeypatch.setenv(je.ROM_ENV, str(rom))
+    env = envs.make("jericho")
+    assert env.targets == ["lighthouse"] and env.max_score is None and not env.supported
+    env.reset()
+    out = play(env, je.TEST_SOLUTION)
+    assert [r for _, r, _, _, _ in out] == REWARDS and out[-1][2] and out[-1][4]["won"]
+    with pytest.raises(ValueError, match="no walkthrough"):
+        envs.scripted_policy("jericho")
+    texts = envs.corpus("jericho", 10)
+    assert len(texts) == 10 and any("Shingle Beach" in t and "\n> " in t for t in texts)
+
+
+@needs_jericho
 def test_scripted_policies_follow_the_walkthrough_with_noise():
     env = envs.make("jericho")
     expert = envs.scripted_policy("jericho", mode="expert")
