@@ -19,11 +19,11 @@ fails at ``make`` with one message naming both fixes.
 
 Episode: ``reset`` restarts the game (the emulator's random seed is fixed: Jericho's walkthrough
 seed for the games it knows, else 1, so every episode is the same game; ``reset(seed)`` seeds only
-``self.rng``). ``step(command)`` sends the first line of the utterance (printable ASCII, at most
-120 characters) to the game; every command counts as one of the ``max_steps`` steps, whether the
-game understood it or not. Reward: the change of the game's score. ``terminated`` when the game
-ends (won or lost), ``truncated`` at the step limit. Observation: the dialogue so far, the game's
-text followed by one ``"> command"`` line and the game's reply per step::
+``self.rng``). ``step(command)`` sends the first line of the utterance (printable ASCII without
+backslashes, at most 120 characters) to the game; every command counts as one of the ``max_steps``
+steps, whether the game understood it or not. Reward: the change of the game's score. ``terminated``
+when the game ends (won or lost), ``truncated`` at the step limit. Observation: the dialogue so far,
+the game's text followed by one ``"> command"`` line and the game's reply per step::
 
     Shingle Beach
     Grey shingle runs along the foot of the cliffs. ...
@@ -164,9 +164,11 @@ def walkthrough(rom: Path) -> list[str]:
 
 
 def clean_command(action: str) -> str:
-    """What is sent to the game: the first line, printable ASCII only, at most 120 characters."""
+    """What is sent to the game: the first line, printable ASCII only, at most 120 characters, no
+    backslash (Jericho's frotz reads a backslash as an interpreter escape: ``\\X`` quits, ``\\U``
+    undoes, and a line starting with one and a lower-case letter makes it loop forever)."""
     first = action.split("\n", 1)[0]
-    return "".join(c for c in first if " " <= c <= "~")[:MAX_COMMAND_CHARS].strip()
+    return "".join(c for c in first if " " <= c <= "~" and c != "\\")[:MAX_COMMAND_CHARS].strip()
 
 
 def is_meta(command: str) -> bool:

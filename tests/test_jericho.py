@@ -94,6 +94,11 @@ def test_nonsense_and_meta_commands_cost_a_step_and_never_raise():
     # the two-line utterance sent only "north"; "take key. quit" was refused, not half-run
     assert je.parse_commands(env.obs)[-2:] == ["north", "take key. quit"]
     assert je.META_REPLY in env.obs and env.score == 0
+    # frotz reads backslashes as interpreter escapes (\\X quits; "\\me ..." looped forever)
+    for bad in ["\\me be night is", "\\X", "\\help", "look \\N"]:
+        _, _, term, _, _ = env.step(bad)
+        assert not term
+    assert je.parse_commands(env.obs)[-4:] == ["me be night is", "X", "help", "look N"]
     for meta in ["save", "RESTORE", "restart", "undo", "q", "quit", "script on"]:
         _, r, term, _, info = env.step(meta)
         assert r == 0 and not term and info["illegal"]
