@@ -186,3 +186,5 @@ register("overcooked_tomato_salad", "overcooked", task="tomato salad")
 register("overcooked_tomato_lettuce_salad", "overcooked", task="tomato-lettuce salad")
 register("virtualhome_food_preparation", "virtualhome", task="food_preparation")
 register("virtualhome_entertainment", "virtualhome", task="entertainment")
+register("jericho", "jericho_env")  # any Z-machine game: rom_path= or $TURNRL_ROM
+register("detective", "jericho_env", game="detective")  # ArCHer's Detective Game (max_steps 60)
