@@ -65,9 +65,9 @@ the Q-SFT era data, not the newer grammar's "move O to R" (accepted as well).
 Scripted policies (``MODES``): ``expert`` plans from the true state (as ALFWorld's handcoded expert
 reads the game's facts: it rebuilds the game from its opening text and keeps a copy of the state by
 replaying its own commands): fetch the object, process it, place it; ``suboptimal`` (the default,
-the data policy) takes a random admissible command with probability ``P_RANDOM[task]`` (0.63 to
-0.81) and the expert's otherwise, tuned so that each task type succeeds ~34% of the time within 30
-steps, as Q-SFT's data.
+the data policy) takes a random admissible command with probability ``P_RANDOM[task]`` (0.625 to
+0.825) and the expert's otherwise, tuned so that each task type succeeds ~34% of the time within
+30 steps, as Q-SFT's data.
 """
 
 from __future__ import annotations
@@ -112,12 +112,12 @@ TEMPLATES = {  # ALFWorld's goal library, two templates per type
 # the suboptimal policy's chance of a random admissible command, per task type: tuned so that each
 # type succeeds ~34% of the time within 30 steps, as Q-SFT's data (docs/envs.md has the numbers)
 P_RANDOM = {
-    "pick": 0.78,
-    "examine": 0.81,
-    "clean": 0.70,
-    "heat": 0.71,
+    "pick": 0.785,
+    "examine": 0.825,
+    "clean": 0.695,
+    "heat": 0.70,
     "cool": 0.70,
-    "pick_two": 0.63,
+    "pick_two": 0.625,
 }
 MAX_OTHER_TYPES = 8  # object types besides the target's per game (keeps the texts short)
 NOTHING = "Nothing happens."
