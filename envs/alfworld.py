@@ -32,8 +32,9 @@ countertop 1.", "You put the mug 2 in/on the coffeemachine 1.", "You heat the mu
 microwave 1.", "You turn on the desklamp 1.", "You are carrying: a mug 2.", ...) and "Nothing
 happens." for anything that is not an admissible command. Commands: go to R, open R, close R, take
 O from R, put O in/on R (also accepted: "put O in R", "put O on R", "move O to R"), clean / heat /
-cool O with R, use desklamp N, examine R / O, look, inventory. ``info["admissible_commands"]`` lists
-the commands that do something now (the observation does not, to keep it short).
+cool O with R, use desklamp N, examine R / O, look, inventory. ``info["admissible_commands"]`` (and
+``info["valid_actions"]``, as the other envs call it) lists the commands that do something now (the
+observation does not, to keep it short).
 
 Semantics: ALFWorld's PDDL domain (``alfred.pddl``): one object in hand; take needs empty hands and
 the receptacle open if it is openable (cabinet, drawer, fridge, microwave, safe); put needs the
@@ -44,10 +45,10 @@ in a receptacle of the type (and clean / hot / cool for those tasks); two distin
 receptacle for Pick Two; holding one while a switched-on desklamp stands where one is, for Examine.
 
 Observation: the opening and the task, then one "> command" line and its result per step, ending
-with ">" (where the next command continues). When that is longer than ``MAX_OBS_CHARS`` (1,500
-characters: at most ~430 tokens of the ``tiny`` tokenizer trained on ``corpus``, within the
-scripts' 448), the oldest steps are left out and "> ..." stands in their place; the opening and the
-task always stay. An echoed invalid command is cut to 60 characters.
+with ">" (where the next command continues). When that is longer than ``MAX_OBS_CHARS`` (2,000
+characters; the longest measured is 325 tokens of the ``tiny`` tokenizer trained on ``corpus``,
+within the scripts' 448), the oldest steps are left out and "> ..." stands in their place; the
+opening and the task always stay. An echoed invalid command is cut to 60 characters.
 
 Reward 1 on success (the episode ends, ``terminated``), else 0; at most 30 steps (Q-SFT's data;
 the benchmark's evaluations allow 50: ``max_turns=50``), then ``truncated``. Invalid commands cost
@@ -469,6 +470,7 @@ class AlfworldEnv:
             "task": self.world.task,
             "won": self.won,
             "admissible_commands": list(self.commands),
+            "valid_actions": list(self.commands),  # the name the other action-list envs use
             "invalid": invalid,
             "turn": self.turn,
         }

@@ -65,6 +65,7 @@ def test_opening_text_and_benchmark_phrasing():
     assert info["target"] == PLANS["pick"][0] and info["task"] == "pick" and not info["won"]
     assert info["admissible_commands"][:2] == ["go to cabinet 1", "go to cabinet 2"]
     assert info["admissible_commands"][-2:] == ["inventory", "look"]
+    assert info["valid_actions"] == info["admissible_commands"]
     results = [o.rsplit("\n", 2)[-2] for o, *_ in play(env, PLANS["pick"][0], PLANS["pick"][1])]
     assert results == [
         "You arrive at cabinet 2. The cabinet 2 is closed.",
