@@ -188,3 +188,10 @@ register("virtualhome_food_preparation", "virtualhome", task="food_preparation")
 register("virtualhome_entertainment", "virtualhome", task="entertainment")
 register("jericho", "jericho_env")  # any Z-machine game: rom_path= or $TURNRL_ROM
 register("detective", "jericho_env", game="detective")  # ArCHer's Detective Game (max_steps 60)
+register("alfworld", "alfworld")  # a random task type per episode
+register("alfworld_pick", "alfworld", task="pick")
+register("alfworld_examine", "alfworld", task="examine")
+register("alfworld_clean", "alfworld", task="clean")
+register("alfworld_heat", "alfworld", task="heat")
+register("alfworld_cool", "alfworld", task="cool")
+register("alfworld_pick_two", "alfworld", task="pick_two")

@@ -1,0 +1,628 @@
+"""ALFWorld (Shridhar et al. 2021; Q-SFT §5, Table 1): household tasks in the benchmark's text.
+
+Six task types, one env each, and ``alfworld`` drawing the type at random per episode:
+``alfworld_pick`` (put an X in/on Y), ``alfworld_examine`` (look at X under the desklamp),
+``alfworld_clean`` / ``alfworld_heat`` / ``alfworld_cool`` (clean X with the sinkbasin / heat it
+with the microwave / cool it with the fridge, then put it in Y), ``alfworld_pick_two`` (put two X
+in Y).
+
+Rooms: the receptacles and object types of the real AI2-THOR floor plans that ALFWorld uses
+(kitchens 1-30, living rooms 201-230, bedrooms 301-330, bathrooms 401-430), read from
+``envs/alfworld_layouts.json``: a subset of the MIT-licensed data of the ``alfworld`` 0.4.2 PyPI
+package (``alfworld/gen/layouts/FloorPlan*-objects.json`` and ``-openable.json``; which object
+type fits in which receptacle and which objects can be heated / cooled / cleaned from
+``alfworld/gen/constants.py``). Receptacle counts come from ``-openable.json``; a receptacle type
+that only ``-objects.json`` lists (coffeemachine, stoveburner, toaster, garbagecan, ...) is counted
+once. Two floor plans whose receptacles equal an earlier one's are left out (116 remain).
+
+A game is ``"{task}/FloorPlan{n}/{object}/{receptacle}"`` (``receptacle`` is "desklamp" for
+Examine), e.g. ``"heat/FloorPlan7/mug/countertop"``. Everything else in it — how many objects of
+which types lie where, the goal sentence's template — is drawn from a generator seeded by the game
+name, so a game is one fixed world, as a game file of the benchmark is. ``reset(seed)`` draws a
+game (a floor plan where the task is possible, then object and receptacle);
+``reset(options={"target": game})`` plays that game; ``env.targets`` is a fixed list of
+``n_targets`` (100) games for evaluation.
+
+Text (the benchmark's): the opening "You are in the middle of a room. Looking quickly around you,
+you see a cabinet 1, ..., and a toaster 1.", then "Your task is to: put a hot mug in countertop."
+in ALFWorld's goal templates (two per type); results in its phrasing ("You arrive at countertop 1.
+On the countertop 1, you see a apple 1, and a mug 2.", "The cabinet 3 is closed.", "You open the
+cabinet 3. The cabinet 3 is open. In it, you see nothing.", "You pick up the mug 2 from the
+countertop 1.", "You put the mug 2 in/on the coffeemachine 1.", "You heat the mug 2 using the
+microwave 1.", "You turn on the desklamp 1.", "You are carrying: a mug 2.", ...) and "Nothing
+happens." for anything that is not an admissible command. Commands: go to R, open R, close R, take
+O from R, put O in/on R (also accepted: "put O in R", "put O on R", "move O to R"), clean / heat /
+cool O with R, use desklamp N, examine R / O, look, inventory. ``info["admissible_commands"]`` (and
+``info["valid_actions"]``, as the other envs call it) lists the commands that do something now (the
+observation does not, to keep it short).
+
+Semantics: ALFWorld's PDDL domain (``alfred.pddl``): one object in hand; take needs empty hands and
+the receptacle open if it is openable (cabinet, drawer, fridge, microwave, safe); put needs the
+receptacle open and able to hold that type; clean needs the object in hand at a sinkbasin, heat at
+a microwave (open or not), cool at a fridge (heat undoes cool and vice versa); use toggles the
+desklamp of the receptacle one stands at. Goals as ALFWorld's goal library: an object of the type
+in a receptacle of the type (and clean / hot / cool for those tasks); two distinct ones in the same
+receptacle for Pick Two; holding one while a switched-on desklamp stands where one is, for Examine.
+
+Observation: the opening and the task, then one "> command" line and its result per step, ending
+with ">" (where the next command continues). When that is longer than ``MAX_OBS_CHARS`` (2,000
+characters; the longest measured is 325 tokens of the ``tiny`` tokenizer trained on ``corpus``,
+within the scripts' 448), the oldest steps are left out and "> ..." stands in their place; the
+opening and the task always stay. An echoed invalid command is cut to 60 characters.
+
+Reward 1 on success (the episode ends, ``terminated``), else 0; at most 30 steps (Q-SFT's data;
+the benchmark's evaluations allow 50: ``max_turns=50``), then ``truncated``. Invalid commands cost
+a step and change nothing.
+
+Where we differ (deliberately): no TextWorld engine (ALFWorld's game files are a separate download
+and TextWorld's PDDL support needs the compiled ``fast-downward-textworld`` and ``jericho``
+sdists); object placements are generated (the real ones come from AI2-THOR scenes); sliced objects,
+floor lamps and objects inside movable receptacles (a mug in a box) are left out: movable
+receptacles (bowl, box, cup, mug, pan, plate, pot) are plain objects; each stoveburner,
+coffeemachine, toaster or garbagecan type counts once; the first-step phrasing "You arrive at
+countertop 1." (newer ALFWorld) rather than "You arrive at loc 12." (older); "put O in/on R" as in
+the Q-SFT era data, not the newer grammar's "move O to R" (accepted as well).
+
+Scripted policies (``MODES``): ``expert`` plans from the true state (as ALFWorld's handcoded expert
+reads the game's facts: it rebuilds the game from its opening text and keeps a copy of the state by
+replaying its own commands): fetch the object, process it, place it; ``suboptimal`` (the default,
+the data policy) takes a random admissible command with probability ``P_RANDOM[task]`` (0.625 to
+0.825) and the expert's otherwise, tuned so that each task type succeeds ~34% of the time within
+30 steps, as Q-SFT's data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import zlib
+
+MODES = ("suboptimal", "expert")
+TASKS = ("pick", "examine", "clean", "heat", "cool", "pick_two")
+MAX_OBS_CHARS = 2000
+MAX_ECHO_CHARS = 60
+_OPTIONS = {"task", "max_turns", "n_targets"}
+
+with open(os.path.join(os.path.dirname(__file__), "alfworld_layouts.json"), encoding="utf-8") as f:
+    DATA = json.load(f)
+FLOORPLANS = DATA["floorplans"]  # "7" -> {"scene", "receptacles": {type: count}, "objects", ...}
+CAN_CONTAIN = {r: set(objs) for r, objs in DATA["can_contain"].items()}
+STATE_OF = {"clean": "cleanable", "heat": "heatable", "cool": "coolable"}
+ABLE = {task: set(DATA[key]) for task, key in STATE_OF.items()}
+TOOL = {"clean": "sinkbasin", "heat": "microwave", "cool": "fridge"}
+OPENABLE = {"cabinet", "drawer", "fridge", "microwave", "safe"}
+LAMP_HOLDERS = ("desk", "sidetable", "dresser", "shelf", "coffeetable", "tvstand")
+SCENES = {  # ALFWorld's GOALS_VALID: which rooms each task type is generated in
+    "pick": ("kitchen", "livingroom", "bathroom", "bedroom"),
+    "pick_two": ("kitchen", "livingroom", "bathroom", "bedroom"),
+    "examine": ("livingroom", "bedroom"),
+    "clean": ("kitchen", "bathroom"),
+    "heat": ("kitchen",),
+    "cool": ("kitchen",),
+}
+TEMPLATES = {  # ALFWorld's goal library, two templates per type
+    "pick": ("put a {obj} in {recep}.", "put some {obj} on {recep}."),
+    "examine": ("look at {obj} under the desklamp.", "examine the {obj} with the desklamp."),
+    "clean": ("put a clean {obj} in {recep}.", "clean some {obj} and put it in {recep}."),
+    "heat": ("put a hot {obj} in {recep}.", "heat some {obj} and put it in {recep}."),
+    "cool": ("put a cool {obj} in {recep}.", "cool some {obj} and put it in {recep}."),
+    "pick_two": ("put two {obj} in {recep}.", "find two {obj} and put them in {recep}."),
+}
+# the suboptimal policy's chance of a random admissible command, per task type: tuned so that each
+# type succeeds ~34% of the time within 30 steps, as Q-SFT's data (docs/envs.md has the numbers)
+P_RANDOM = {
+    "pick": 0.785,
+    "examine": 0.825,
+    "clean": 0.695,
+    "heat": 0.70,
+    "cool": 0.70,
+    "pick_two": 0.625,
+}
+MAX_OTHER_TYPES = 8  # object types besides the target's per game (keeps the texts short)
+NOTHING = "Nothing happens."
+OPENING = "You are in the middle of a room. Looking quickly around you, you see "
+
+
+def _listing(names: list[str]) -> str:
+    """ALFWorld's list: "a mug 1, a apple 2, and a bread 1" (always "a"), or "nothing"."""
+    items = [f"a {n}" for n in names]
+    if not items:
+        return "nothing"
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + ", and " + items[-1]
+
+
+def _kind(name: str) -> str:
+    """The type of an instance name: "mug 2" -> "mug"."""
+    return name.rsplit(" ", 1)[0]
+
+
+# --- games ----------------------------------------------------------------------------------------
+def _receptacle_goals(task: str, fp: dict, obj: str) -> list[str]:
+    """Receptacle types of floor plan ``fp`` that a ``task`` game can ask ``obj`` to be put in:
+    they can hold it, another type can hold it too (its start), and not the task's tool."""
+    fits = [r for r in fp["receptacles"] if obj in CAN_CONTAIN.get(r, ())]
+    if len(fits) < 2:
+        return []
+    return [r for r in fits if r != TOOL.get(task)]
+
+
+def games(task: str, floorplan: str) -> list[str]:
+    """Every game of type ``task`` in floor plan ``floorplan`` (a key of ``FLOORPLANS``)."""
+    fp = FLOORPLANS[floorplan]
+    if fp["scene"] not in SCENES[task]:
+        return []
+    if task in TOOL and TOOL[task] not in fp["receptacles"]:
+        return []
+    objs = [o for o in fp["objects"] if task not in ABLE or o in ABLE[task]]
+    out = []
+    for obj in objs:
+        if task == "examine":
+            if fp["desklamp"] and _receptacle_goals("pick", fp, obj):
+                out.append(f"examine/FloorPlan{floorplan}/{obj}/desklamp")
+            continue
+        out += [f"{task}/FloorPlan{floorplan}/{obj}/{r}" for r in _receptacle_goals(task, fp, obj)]
+    return out
+
+
+_GAMES: dict[str, list[str]] = {}
+
+
+def all_games(task: str) -> list[str]:
+    """Every game of type ``task`` (cached)."""
+    if task not in _GAMES:
+        _GAMES[task] = [g for fp in FLOORPLANS for g in games(task, fp)]
+    return _GAMES[task]
+
+
+def parse_game(game) -> tuple[str, str, str, str] | None:
+    """(task, floor plan number, object, receptacle) of a valid game name, else None."""
+    parts = game.split("/") if isinstance(game, str) else []
+    if len(parts) != 4 or not parts[1].startswith("FloorPlan"):
+        return None
+    task, fp = parts[0], parts[1][len("FloorPlan") :]
+    if task not in TASKS or fp not in FLOORPLANS or game not in games(task, fp):
+        return None
+    return task, fp, parts[2], parts[3]
+
+
+class World:
+    """The state of one game: where the agent is, what it holds, what lies where, what is open,
+    clean, hot, cool, switched on. ``do(command)`` applies an admissible command."""
+
+    def __init__(self, game: str):
+        parsed = parse_game(game)
+        if parsed is None:
+            raise ValueError(f"alfworld: not a game: {game!r}")
+        self.game = game
+        self.task, fp_id, self.obj, self.recep = parsed
+        fp = FLOORPLANS[fp_id]
+        rng = random.Random(zlib.crc32(game.encode()))
+        self.receptacles = [
+            f"{r} {i}" for r, n in fp["receptacles"].items() for i in range(1, n + 1)
+        ]
+        self.contents: dict[str, list[str]] = {r: [] for r in self.receptacles}
+        others = [
+            o
+            for o in fp["objects"]
+            if o != self.obj and any(o in CAN_CONTAIN.get(r, ()) for r in fp["receptacles"])
+        ]
+        others = rng.sample(others, min(MAX_OTHER_TYPES, len(others)))
+        n_target = rng.choice((2, 3)) if self.task == "pick_two" else rng.choice((1, 1, 2))
+        for kind in sorted([self.obj] + others):
+            count = n_target if kind == self.obj else rng.choice((1, 1, 2))
+            spots = [
+                r
+                for r in self.receptacles
+                if kind in CAN_CONTAIN.get(_kind(r), ())
+                and not (kind == self.obj and _kind(r) == self.recep)
+            ]
+            for i in range(1, count + 1):
+                self.contents[rng.choice(spots)].append(f"{kind} {i}")
+        self.lamp_at = None
+        if self.task == "examine":
+            holders = [r for r in self.receptacles if _kind(r) in LAMP_HOLDERS]
+            self.lamp_at = rng.choice(holders)
+            self.contents[self.lamp_at].append("desklamp 1")
+        template = rng.choice(TEMPLATES[self.task])
+        self.goal_text = template.format(obj=self.obj, recep=self.recep)
+        self.opening = (
+            f"{OPENING}{_listing(self.receptacles)}.\n\nYour task is to: {self.goal_text}"
+        )
+        self.at = None  # None: the middle of the room
+        self.held = None
+        self.opened: set[str] = set()
+        self.state = {"clean": set(), "heat": set(), "cool": set()}
+        self.lamp_on = False
+
+    # what is true now
+    def reachable(self, r: str) -> bool:
+        """Can the agent reach into receptacle ``r`` (it is not a closed openable)?"""
+        return _kind(r) not in OPENABLE or r in self.opened
+
+    def won(self) -> bool:
+        if self.task == "examine":
+            return (
+                self.held is not None
+                and _kind(self.held) == self.obj
+                and self.lamp_on
+                and self.at == self.lamp_at
+            )
+        need = 2 if self.task == "pick_two" else 1
+        for r in self.receptacles:
+            if _kind(r) != self.recep:
+                continue
+            good = [
+                o
+                for o in self.contents[r]
+                if _kind(o) == self.obj and (self.task not in TOOL or o in self.state[self.task])
+            ]
+            if len(good) >= need:
+                return True
+        return False
+
+    def describe(self, r: str) -> str:
+        """ALFWorld's examineReceptacle text."""
+        things = self.contents[r]
+        if _kind(r) in OPENABLE:
+            if r not in self.opened:
+                return f"The {r} is closed."
+            return f"The {r} is open. In it, you see {_listing(things)}."
+        return f"On the {r}, you see {_listing(things)}."
+
+    def examine_object(self, o: str) -> str:
+        if o.startswith("desklamp"):
+            return f"This {o} is {'on' if self.lamp_on else 'off'}."
+        words = [
+            w
+            for w, t in (("hot", "heat"), ("cool", "cool"), ("clean", "clean"))
+            if o in self.state[t]
+        ]
+        if not words:
+            return f"There's nothing special about {o}."
+        if words == ["cool"]:
+            return f"This is a cold {o}."
+        return f"This is a {' and '.join(words)} {o}."
+
+    def admissible(self) -> dict[str, tuple]:
+        """Admissible command -> (verb, args), in ALFWorld's order of kinds."""
+        cmds: dict[str, tuple] = {}
+        for r in self.receptacles:
+            if r != self.at:
+                cmds[f"go to {r}"] = ("go", r)
+        r = self.at
+        if r is not None:
+            if _kind(r) in OPENABLE:
+                if r in self.opened:
+                    cmds[f"close {r}"] = ("close", r)
+                else:
+                    cmds[f"open {r}"] = ("open", r)
+            if self.reachable(r):
+                if self.held is None:
+                    for o in self.contents[r]:
+                        if not o.startswith("desklamp"):
+                            cmds[f"take {o} from {r}"] = ("take", o, r)
+                elif _kind(self.held) in CAN_CONTAIN.get(_kind(r), ()):
+                    cmds[f"put {self.held} in/on {r}"] = ("put", self.held, r)
+            if self.held is not None:
+                for task, tool in TOOL.items():
+                    if _kind(r) == tool and _kind(self.held) in ABLE[task]:
+                        cmds[f"{task} {self.held} with {r}"] = (task, self.held, r)
+            if self.reachable(r) and "desklamp 1" in self.contents[r]:
+                cmds["use desklamp 1"] = ("use", "desklamp 1")
+            cmds[f"examine {r}"] = ("examine", r)
+            if self.reachable(r):
+                for o in self.contents[r]:
+                    cmds[f"examine {o}"] = ("examine", o)
+        if self.held is not None:
+            cmds[f"examine {self.held}"] = ("examine", self.held)
+        cmds["inventory"] = ("inventory",)
+        cmds["look"] = ("look",)
+        return cmds
+
+    def do(self, cmd: tuple) -> str:
+        """Apply an admissible command (a value of ``admissible()``); returns the result text."""
+        verb = cmd[0]
+        if verb == "go":
+            self.at = cmd[1]
+            return f"You arrive at {cmd[1]}. {self.describe(cmd[1])}"
+        if verb == "open":
+            self.opened.add(cmd[1])
+            return f"You open the {cmd[1]}. {self.describe(cmd[1])}"
+        if verb == "close":
+            self.opened.discard(cmd[1])
+            return f"You close the {cmd[1]}."
+        if verb == "take":
+            self.contents[cmd[2]].remove(cmd[1])
+            self.held = cmd[1]
+            return f"You pick up the {cmd[1]} from the {cmd[2]}."
+        if verb == "put":
+            self.contents[cmd[2]].append(cmd[1])
+            self.held = None
+            return f"You put the {cmd[1]} in/on the {cmd[2]}."
+        if verb in TOOL:
+            self.state[verb].add(cmd[1])
+            other = {"heat": "cool", "cool": "heat"}.get(verb)
+            if other:
+                self.state[other].discard(cmd[1])
+            return f"You {verb} the {cmd[1]} using the {cmd[2]}."
+        if verb == "use":
+            self.lamp_on = not self.lamp_on
+            return f"You turn {'on' if self.lamp_on else 'off'} the {cmd[1]}."
+        if verb == "examine":
+            return self.describe(cmd[1]) if cmd[1] in self.contents else self.examine_object(cmd[1])
+        if verb == "inventory":
+            if self.held is None:
+                return "You are not carrying anything."
+            return f"You are carrying: a {self.held}."
+        if self.at is None:  # look
+            return f"{OPENING}nothing."
+        return f"You are facing the {self.at}. Next to it, you see nothing."
+
+
+# --- the env --------------------------------------------------------------------------------------
+def _clean_command(text: str) -> str:
+    """First line, lower case, single spaces, no trailing punctuation."""
+    line = text.strip().split("\n", 1)[0].strip().lower()
+    return re.sub(r"\s+", " ", line).rstrip(" .!")
+
+
+_PUT = re.compile(r"^(?:put (.+?) (?:in/on|in|on|into|onto) |move (.+?) to )(?:the )?(.+)$")
+
+
+class AlfworldEnv:
+    """A Gymnasium-style env on strings (``reset`` / ``step(text)``); see the module docstring."""
+
+    def __init__(self, task: str | None = None, max_turns: int = 30, n_targets: int = 100):
+        if task not in TASKS and task is not None:
+            raise ValueError(f"alfworld: unknown task {task!r}; valid tasks: {list(TASKS)}")
+        if max_turns < 1:
+            raise ValueError(f"alfworld: max_turns must be >= 1, got {max_turns}")
+        self.task, self.max_turns = task, max_turns
+        self.name = "alfworld" if task is None else f"alfworld_{task}"
+        rng = random.Random(12345)
+        self.targets = [self._draw_game(rng) for _ in range(n_targets)]
+        self.rng = random.Random()
+        self.done, self.obs, self.world = True, "", None
+
+    def _draw_game(self, rng: random.Random) -> str:
+        task = self.task or rng.choice(TASKS)
+        return rng.choice(all_games(task))
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        """Start an episode: a game drawn with ``seed``, or ``options={"target": game}`` (any valid
+        game name, see the module docstring)."""
+        if seed is not None:
+            self.rng.seed(seed)
+        options = dict(options or {})
+        unknown = set(options) - {"target"}
+        if unknown:
+            raise ValueError(
+                f"{self.name}: unknown reset option(s) {sorted(unknown)}; valid: ['target']"
+            )
+        game = options.get("target")
+        if game is None:
+            game = self._draw_game(self.rng)
+        parsed = parse_game(game)
+        if parsed is None or (self.task is not None and parsed[0] != self.task):
+            raise ValueError(
+                f"{self.name}: unknown target {game!r}; valid targets: game names such as "
+                f"{self.targets[0]!r} (env.targets lists {len(self.targets)})"
+            )
+        self.world = World(game)
+        self.turn, self.done, self.won, self.history = 0, False, False, []
+        self._render()
+        return self.obs, self._info(False)
+
+    def _render(self):
+        head = self.world.opening + "\n"
+        lines = [f"> {a}\n{r}\n" for a, r in self.history]
+        budget = MAX_OBS_CHARS - len(head) - 1
+        kept = []
+        for line in reversed(lines):
+            if len(line) + sum(map(len, kept)) > budget - 6:
+                kept.append("> ...\n")
+                break
+            kept.append(line)
+        self.obs = head + "".join(reversed(kept)) + ">"
+        self.commands = self.world.admissible()
+
+    def parse_action(self, action) -> str | None:
+        """The admissible command ``action`` names (case, spacing, a final period, "the" and the
+        put variants forgiven), or None."""
+        if not isinstance(action, str) or len(action) > 10_000:
+            return None
+        text = _clean_command(action)
+        if text in self.commands:
+            return text
+        m = _PUT.match(text)
+        if m:
+            alias = f"put {m.group(1) or m.group(2)} in/on {m.group(3)}"
+            if alias in self.commands:
+                return alias
+        return None
+
+    def step(self, action: str):
+        """Take one command. Returns (obs, reward, terminated, truncated, info)."""
+        if self.done:
+            raise RuntimeError(
+                f"{self.name}: step() called on a finished episode; call reset() first"
+            )
+        cmd = self.parse_action(action)
+        self.turn += 1
+        if cmd is None:
+            echo = _clean_command(action)[:MAX_ECHO_CHARS] if isinstance(action, str) else ""
+            self.history.append((echo, NOTHING))
+        else:
+            self.history.append((cmd, self.world.do(self.commands[cmd])))
+            self.won = self.world.won()
+        truncated = not self.won and self.turn >= self.max_turns
+        self.done = self.won or truncated
+        self._render()
+        return self.obs, 1.0 if self.won else 0.0, self.won, truncated, self._info(cmd is None)
+
+    def _info(self, invalid: bool) -> dict:
+        return {
+            "target": self.world.game,
+            "task": self.world.task,
+            "won": self.won,
+            "admissible_commands": list(self.commands),
+            "valid_actions": list(self.commands),  # the name the other action-list envs use
+            "invalid": invalid,
+            "turn": self.turn,
+        }
+
+
+def make(task: str | None = None, **options) -> AlfworldEnv:
+    """Options: ``task`` (one of ``TASKS``; None = a random type per episode), ``max_turns``
+    (default 30, Q-SFT's data; the benchmark's is 50), ``n_targets`` (evaluation games, 100)."""
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise ValueError(
+            f"alfworld: unknown option(s) {sorted(unknown)}; valid options: {sorted(_OPTIONS)}"
+        )
+    return AlfworldEnv(task=task, **options)
+
+
+# --- scripted policies ----------------------------------------------------------------------------
+_GOAL_LINE = re.compile(r"Your task is to: (.+)$", re.M)
+_INTRO: dict[str, str] = {}
+
+
+def game_from_opening(obs: str) -> str | None:
+    """The game whose opening text ``obs`` starts with (None if none)."""
+    if not _INTRO:
+        for fp in FLOORPLANS:
+            recs = [
+                f"{r} {i}"
+                for r, n in FLOORPLANS[fp]["receptacles"].items()
+                for i in range(1, n + 1)
+            ]
+            _INTRO[f"{OPENING}{_listing(recs)}."] = fp
+    fp = _INTRO.get(obs.split("\n", 1)[0])
+    m = _GOAL_LINE.search(obs)
+    if fp is None or m is None:
+        return None
+    for task, templates in TEMPLATES.items():
+        for t in templates:
+            pattern = re.escape(t).replace(r"\{obj\}", "(.+?)").replace(r"\{recep\}", "(.+?)")
+            g = re.fullmatch(pattern, m.group(1))
+            if g:
+                recep = g.group(2) if task != "examine" else "desklamp"
+                game = f"{task}/FloorPlan{fp}/{g.group(1)}/{recep}"
+                if parse_game(game):
+                    return game
+    return None
+
+
+def expert_command(w: World) -> str:
+    """The expert's next command from the true state: fetch an object of the goal's type, process
+    it (clean / heat / cool at the tool), then put it into the goal receptacle (Examine: take it to
+    the desklamp and switch the lamp on)."""
+    cmds = w.admissible()
+
+    def goto_or(r: str, here_cmd: str) -> str:
+        if w.at != r:
+            return f"go to {r}"
+        if not w.reachable(r):
+            return f"open {r}"
+        return here_cmd
+
+    def wanted(o: str, r: str) -> bool:
+        """Should the expert fetch object ``o`` lying in ``r``?"""
+        if _kind(o) != w.obj:
+            return False
+        if w.task == "pick_two":
+            return r != goal_r
+        return (
+            w.task == "examine"
+            or _kind(r) != w.recep
+            or (w.task in TOOL and o not in w.state[w.task])
+        )
+
+    goal_r = None
+    if w.task != "examine":
+        goal_rs = [r for r in w.receptacles if _kind(r) == w.recep]
+        goal_r = max(goal_rs, key=lambda r: sum(_kind(o) == w.obj for o in w.contents[r]))
+    if w.held is not None and _kind(w.held) == w.obj:
+        if w.task == "examine":
+            return "use desklamp 1" if w.at == w.lamp_at else f"go to {w.lamp_at}"
+        if w.task in TOOL and w.held not in w.state[w.task]:
+            tool = next(r for r in w.receptacles if _kind(r) == TOOL[w.task])
+            return f"{w.task} {w.held} with {tool}" if w.at == tool else f"go to {tool}"
+        return goto_or(goal_r, f"put {w.held} in/on {goal_r}")
+    if w.held is not None:  # something else in hand: put it down where it fits
+        put = next((c for c, v in cmds.items() if v[0] == "put"), None)
+        if put:
+            return put
+        spot = next(r for r in w.receptacles if _kind(w.held) in CAN_CONTAIN.get(_kind(r), ()))
+        return goto_or(spot, f"put {w.held} in/on {spot}")
+    for r in w.receptacles:
+        for o in w.contents[r]:
+            if wanted(o, r):
+                return goto_or(r, f"take {o} from {r}")
+    return "look"
+
+
+class AlfworldPolicy:
+    """``expert``: ``expert_command`` on a copy of the state (rebuilt from the opening text, kept
+    up to date by replaying the policy's own commands, so one policy serves one env at a time).
+    ``suboptimal``: a random admissible command with probability ``p_random`` (default: the task
+    type's ``P_RANDOM``), else the expert's."""
+
+    def __init__(self, seed: int = 0, mode: str = "suboptimal", p_random: float | None = None):
+        if mode not in MODES:
+            raise ValueError(f"alfworld scripted policy: mode must be one of {MODES}, got {mode!r}")
+        self.mode, self.p_random = mode, p_random
+        self.rng = random.Random(seed)
+        self.world, self.last = None, None
+
+    def __call__(self, obs: str) -> str:
+        if "\n> " not in obs:  # a new episode
+            game = game_from_opening(obs)
+            self.world = World(game) if game else None
+        elif self.world is not None and self.last is not None:
+            cmds = self.world.admissible()
+            if self.last in cmds:
+                self.world.do(cmds[self.last])
+        if self.world is None:
+            self.last = None
+            return "look"
+        cmds = self.world.admissible()
+        p = P_RANDOM[self.world.task] if self.p_random is None else self.p_random
+        if self.mode == "suboptimal" and self.rng.random() < p:
+            self.last = self.rng.choice(list(cmds))
+        else:
+            self.last = expert_command(self.world)
+        return self.last
+
+
+def scripted_policy(
+    seed: int = 0, mode: str = "suboptimal", task: str | None = None, **options
+) -> AlfworldPolicy:
+    """The scripted agent (see ``AlfworldPolicy``); ``task`` and env options are not needed (the
+    policy reads the game off the opening text)."""
+    return AlfworldPolicy(seed=seed, mode=mode)
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+    """``n`` texts: whole scripted episodes, the task types in turn (their last observation and
+    command; at least half of the texts), then a sample of the admissible commands seen."""
+    texts, commands = [], set()
+    runs = [(make(task), scripted_policy(seed=seed + k)) for k, task in enumerate(TASKS)]
+    for i in range((n + 1) // 2 // len(TASKS) + 1):
+        for k, (env, policy) in enumerate(runs):
+            obs, info = env.reset(seed=(seed + k) * 100_003 + i)
+            done = False
+            while not done:
+                commands.update(info["admissible_commands"])
+                act = policy(obs)
+                last = obs + " " + act
+                obs, _, term, trunc, info = env.step(act)
+                done = term or trunc
+            texts.append(last)
+    acts = random.Random(seed).sample(sorted(commands), min(n // 2, len(commands)))
+    return (texts[: n - len(acts)] + acts)[:n]

@@ -1,0 +1,256 @@
+"""ALFWorld (six task types and the mixture): the benchmark's texts, the PDDL task semantics (per
+type a hand-written command sequence succeeds and each missing step fails), invalid commands, step
+cap, observation budget, determinism, scripted policies, datasets (fast)."""
+
+import pytest
+
+import envs
+from envs import alfworld as A
+
+OPENING_1 = (
+    "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a cabinet "
+    "2, a cabinet 3, a cabinet 4, a cabinet 5, a cabinet 6, a cabinet 7, a cabinet 8, a "
+    "coffeemachine 1, a countertop 1, a countertop 2, a countertop 3, a drawer 1, a drawer 2, a "
+    "drawer 3, a drawer 4, a drawer 5, a drawer 6, a drawer 7, a drawer 8, a fridge 1, a "
+    "garbagecan 1, a microwave 1, a shelf 1, a shelf 2, a sinkbasin 1, a stoveburner 1, and a "
+    "toaster 1."
+)
+MUG = "mug/coffeemachine"
+PUT_MUG = ["go to coffeemachine 1", "put mug 1 in/on coffeemachine 1"]
+# per task type: a game and a hand-written winning command sequence (every step needed)
+PLANS = {
+    "pick": (
+        f"pick/FloorPlan1/{MUG}",
+        ["go to cabinet 2", "open cabinet 2", "take mug 1 from cabinet 2"] + PUT_MUG,
+    ),
+    "clean": (
+        f"clean/FloorPlan1/{MUG}",
+        ["go to shelf 2", "take mug 1 from shelf 2", "go to sinkbasin 1"]
+        + ["clean mug 1 with sinkbasin 1"]
+        + PUT_MUG,
+    ),
+    "heat": (
+        f"heat/FloorPlan1/{MUG}",
+        ["go to cabinet 8", "open cabinet 8", "take mug 1 from cabinet 8", "go to microwave 1"]
+        + ["heat mug 1 with microwave 1"]
+        + PUT_MUG,
+    ),
+    "cool": (
+        f"cool/FloorPlan1/{MUG}",
+        ["go to shelf 1", "take mug 1 from shelf 1", "go to fridge 1", "cool mug 1 with fridge 1"]
+        + PUT_MUG,
+    ),
+    "examine": (
+        "examine/FloorPlan301/alarmclock/desklamp",
+        ["go to shelf 4", "take alarmclock 1 from shelf 4", "go to shelf 5", "use desklamp 1"],
+    ),
+    "pick_two": (
+        "pick_two/FloorPlan1/mug/cabinet",
+        ["go to shelf 2", "take mug 1 from shelf 2", "go to cabinet 1", "open cabinet 1"]
+        + ["put mug 1 in/on cabinet 1", "go to shelf 2", "take mug 2 from shelf 2"]
+        + ["go to cabinet 1", "put mug 2 in/on cabinet 1"],
+    ),
+}
+
+
+def play(env, game, commands):
+    env.reset(options={"target": game})
+    return [env.step(c) for c in commands]
+
+
+def test_opening_text_and_benchmark_phrasing():
+    env = envs.make("alfworld_pick")
+    obs, info = env.reset(options={"target": PLANS["pick"][0]})
+    assert obs == f"{OPENING_1}\n\nYour task is to: put a mug in coffeemachine.\n>"
+    assert info["target"] == PLANS["pick"][0] and info["task"] == "pick" and not info["won"]
+    assert info["admissible_commands"][:2] == ["go to cabinet 1", "go to cabinet 2"]
+    assert info["admissible_commands"][-2:] == ["inventory", "look"]
+    assert info["valid_actions"] == info["admissible_commands"]
+    results = [o.rsplit("\n", 2)[-2] for o, *_ in play(env, PLANS["pick"][0], PLANS["pick"][1])]
+    assert results == [
+        "You arrive at cabinet 2. The cabinet 2 is closed.",
+        "You open the cabinet 2. The cabinet 2 is open. In it, you see a mug 1.",
+        "You pick up the mug 1 from the cabinet 2.",
+        "You arrive at coffeemachine 1. On the coffeemachine 1, you see nothing.",
+        "You put the mug 1 in/on the coffeemachine 1.",
+    ]
+    env.reset(options={"target": PLANS["pick"][0]})
+    texts = [env.step(c)[0].rsplit("\n", 2)[-2] for c in ["inventory", "look", "go to shelf 2"]]
+    assert texts[:2] == [
+        "You are not carrying anything.",
+        "You are in the middle of a room. Looking quickly around you, you see nothing.",
+    ]
+    assert texts[2] == "You arrive at shelf 2. On the shelf 2, you see nothing."
+
+
+@pytest.mark.parametrize("task", A.TASKS)
+def test_hand_written_sequence_wins_and_each_missing_step_fails(task):
+    game, plan = PLANS[task]
+    env = envs.make(f"alfworld_{task}")
+    out = play(env, game, plan)
+    assert [r for _, r, *_ in out] == [0.0] * (len(plan) - 1) + [1.0]
+    assert out[-1][2] and out[-1][4]["won"] and not any(o[4]["invalid"] for o in out)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("look")
+    for skip in range(len(plan)):
+        out = play(env, game, plan[:skip] + plan[skip + 1 :])
+        assert not any(o[4]["won"] for o in out), (task, plan[skip])
+    assert envs.make("alfworld").reset(options={"target": game})[1]["task"] == task
+
+
+def test_pddl_semantics():
+    env = envs.make("alfworld_heat")
+    env.reset(options={"target": PLANS["heat"][0]})
+    w = env.world
+    for c in ["go to microwave 1", "heat mug 1 with microwave 1"]:  # not holding: not admissible
+        obs, *_, info = env.step(c)
+    assert info["invalid"] and obs.endswith("> heat mug 1 with microwave 1\nNothing happens.\n>")
+    for c in PLANS["heat"][1][:3] + ["go to fridge 1", "cool mug 1 with fridge 1"]:
+        env.step(c)
+    assert "mug 1" in w.state["cool"]
+    env.step("go to microwave 1")
+    assert "put mug 1 in/on microwave 1" not in env.commands  # closed: open it first
+    env.step("heat mug 1 with microwave 1")  # heating undoes cooling, the microwave may be closed
+    assert "mug 1" in w.state["heat"] and "mug 1" not in w.state["cool"]
+    assert env.step("examine mug 1")[0].endswith("\nThis is a hot mug 1.\n>")
+    assert env.step("take apple 1 from countertop 1")[4]["invalid"]  # one object in hand
+    env.step("go to sinkbasin 1")
+    assert "heat mug 1 with microwave 1" not in env.commands  # only at the microwave
+    env = envs.make("alfworld_examine")  # the lamp switched on first, then the object fetched
+    out = play(env, PLANS["examine"][0], ["go to shelf 5", "use desklamp 1", "go to shelf 4"])
+    assert out[1][0].endswith("\nYou turn on the desklamp 1.\n>") and not out[-1][4]["won"]
+    env.step("take alarmclock 1 from shelf 4")
+    assert env.step("go to shelf 5")[4]["won"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "x" * 20_000, "fly to the moon", "take mug 1 from cabinet 2", "🥞", "go to fridge 9"],
+)
+def test_invalid_commands_say_nothing_happens_and_change_nothing(bad):
+    env = envs.make("alfworld_pick")
+    obs, info = env.reset(options={"target": PLANS["pick"][0]})
+    obs2, r, term, trunc, info2 = env.step(bad)
+    assert r == 0 and info2["invalid"] and not (term or trunc) and info2["turn"] == 1
+    assert obs2.startswith(obs[:-1]) and obs2.endswith("\nNothing happens.\n>")
+    assert len(obs2) < len(obs) + A.MAX_ECHO_CHARS + 30
+    assert info2["admissible_commands"] == info["admissible_commands"]
+    assert env.step(None)[4]["invalid"] and env.step(12)[4]["invalid"]
+
+
+def test_command_variants_are_accepted():
+    env = envs.make("alfworld_pick")
+    env.reset(options={"target": PLANS["pick"][0]})
+    for c in ["Go to cabinet 2.", "  open   Cabinet 2\nthen more", "take mug 1 from cabinet 2"]:
+        assert not env.step(c)[4]["invalid"], c
+    env.step("go to coffeemachine 1")
+    assert env.step("move mug 1 to the coffeemachine 1")[4]["won"]
+    for alias in ["put mug 1 in coffeemachine 1", "put mug 1 on coffeemachine 1"]:
+        env.reset(options={"target": PLANS["pick"][0]})
+        for c in PLANS["pick"][1][:-1]:
+            env.step(c)
+        assert env.step(alias)[4]["won"], alias
+
+
+def test_admissible_commands_all_do_something():
+    env = envs.make("alfworld")
+    policy = envs.scripted_policy("alfworld", seed=3)
+    for i in range(15):
+        obs, info = env.reset(seed=i)
+        done = False
+        while not done:
+            assert all(env.parse_action(c) == c for c in info["admissible_commands"])
+            obs, _, term, trunc, info = env.step(policy(obs))
+            assert not info["invalid"] and not obs.endswith(f"{A.NOTHING}\n>")
+            done = term or trunc
+
+
+def test_step_cap_30_truncates_and_long_histories_keep_the_opening():
+    env = envs.make("alfworld_pick_two")
+    obs0, _ = env.reset(options={"target": PLANS["pick_two"][0]})
+    for t in range(30):
+        obs, r, term, trunc, info = env.step(["go to drawer 1", "go to cabinet 1"][t % 2])
+        assert r == 0 and not term and trunc == (t == 29)
+        assert len(obs) <= A.MAX_OBS_CHARS and obs.startswith(obs0[:-1])
+    assert "\n> ...\n" in obs and obs.endswith("\n>") and info["turn"] == 30
+    env = envs.make("alfworld_pick", max_turns=50)
+    env.reset(seed=0)
+    assert not any(env.step("look")[3] for _ in range(49)) and env.step("look")[3]
+
+
+def test_options_targets_and_errors():
+    with pytest.raises(ValueError, match="valid tasks"):
+        envs.make("alfworld", task="sweep")
+    with pytest.raises(ValueError, match="valid options"):
+        envs.make("alfworld_pick", colour="red")
+    env = envs.make("alfworld_heat")
+    assert len(env.targets) == 100 and all(t.startswith("heat/") for t in env.targets)
+    assert env.targets == envs.make("alfworld_heat").targets
+    for bad in ["pick/FloorPlan1/mug/coffeemachine", "heat/FloorPlan1/mug/toilet", "x", 3]:
+        with pytest.raises(ValueError, match="valid targets"):
+            env.reset(options={"target": bad})
+    with pytest.raises(ValueError, match="reset option"):
+        env.reset(options={"fen": "x"})
+    mixed = envs.make("alfworld")
+    assert {t.split("/")[0] for t in mixed.targets} == set(A.TASKS)
+    assert {env.reset(seed=s)[1]["task"] for s in range(40) for env in [mixed]} == set(A.TASKS)
+
+
+def test_game_is_a_function_of_its_name_and_the_opening_names_the_game():
+    env = envs.make("alfworld")
+    for game in env.targets:
+        obs, _ = env.reset(options={"target": game})
+        assert A.game_from_opening(obs) == game
+        assert env.reset(options={"target": game})[0] == obs
+    obs_a, info_a = env.reset(seed=7)
+    assert env.reset(seed=7) == (obs_a, info_a) and env.reset(seed=8)[0] != obs_a
+
+
+def test_determinism_and_scripted_success_rates():
+    a = envs.collect_scripted("alfworld", 150, seed=3)
+    assert a == envs.collect_scripted("alfworld", 150, seed=3)
+    assert a != envs.collect_scripted("alfworld", 150, seed=4)
+    weak = envs.summarize(a)
+    assert 0.2 < weak["success_rate"] < 0.5, weak
+    for task in A.TASKS:
+        best = envs.summarize(envs.collect_scripted(f"alfworld_{task}", 60, mode="expert"))
+        assert best["success_rate"] >= 0.95 and best["mean_turns"] < 12, (task, best)
+
+
+def test_dataset_round_trip_and_collect(tmp_path):
+    trajs = envs.collect_scripted("alfworld_clean", 5, seed=2)
+    path = tmp_path / "alf.jsonl"
+    envs.save_dataset(str(path), trajs)
+    assert envs.load_dataset(str(path), env="alfworld_clean") == trajs
+    from envs.collect import main
+
+    out = str(tmp_path / "expert.jsonl")
+    s = main(["--env", "alfworld_cool", "--episodes", "20", "--mode", "expert", "--out", out])
+    assert s["success_rate"] == 1.0
+
+
+def test_make_vec_matches_single_envs():
+    n = 3
+    vec = envs.make_vec("alfworld", n)
+    obs, _ = vec.reset(seed=5)
+    singles = [envs.make("alfworld") for _ in range(n)]
+    for i, e in enumerate(singles):
+        e.reset(seed=5 + i)
+    pols = [envs.scripted_policy("alfworld", seed=i) for i in range(n)]
+    finished = [False] * n
+    while any(vec.active):
+        acts = [pols[i](obs[i]) if vec.active[i] else "" for i in range(n)]
+        obs, rewards, dones, infos = vec.step(acts)
+        for i, e in enumerate(singles):
+            if not finished[i]:
+                o, r, term, trunc, _ = e.step(acts[i])
+                assert (o, r, term or trunc) == (obs[i], rewards[i], dones[i])
+                finished[i] = term or trunc
+
+
+def test_corpus_covers_every_task_type():
+    texts = envs.corpus("alfworld_pick", 40)
+    assert len(texts) == 40
+    for phrase in ["under the desklamp", "with the desklamp", "clean", "hot", "cool", "two"]:
+        assert any(phrase in t for t in texts), phrase
+    assert sum("\n" not in t for t in texts) == 20  # commands
