@@ -920,25 +920,28 @@ def scripted_policy(seed: int = 0, mode: str = "suboptimal", **options) -> WebSh
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
-    """``n`` texts: whole scripted episodes of both policies (a sixth of the texts; their last
-    observations hold the pages and actions), then item pages of the products (so every title,
-    option and ASIN block is seen)."""
+    """``n`` texts: whole scripted episodes of both policies (a sixth of the texts; each the
+    uncut transcript of pages and actions), then a search page, a result line and an item page
+    per product (so every instruction, title, option and ASIN block is seen)."""
     env = make()
     texts = []
     for i in range(max(1, n // 6)):
         policy = scripted_policy(seed=seed + i, mode=MODES[i % 2])
         obs, _ = env.reset(seed=seed * 100_003 + i)
-        done, lines = False, []
+        done = False
         while not done:
-            act = policy(obs)
-            lines.append(act)
-            obs, _, term, trunc, _ = env.step(act)
+            obs, _, term, trunc, _ = env.step(policy(obs))
             done = term or trunc
-        texts.append(obs + "\n" + "\n".join(lines))
+        whole = "\n".join(f"{k}:\n{v}" for k, v in env.blocks)  # the transcript, uncut
+        texts.append(f"{whole}\nInstruction:\n{env.goal['instruction_text']}")
     data = catalogue()
+    instruction = {g["asin"]: g["instruction_text"] for g in data["goals"]}
     rng = random.Random(seed)
     rest = []
     for p in rng.sample(data["products"], min(n - len(texts), len(data["products"]))):
         env.asin, env.page, env.chosen = p["asin"], "item", {}
-        rest.append(f"[{p['asin']}]\n{p['Title']} ${p['price']:.2f}\n{env.render()}")
+        rest.append(
+            f"WebShop\nInstruction:\n{instruction[p['asin']]}\n[Search]\n"
+            f"[{p['asin']}]\n{p['Title']} ${p['price']:.2f}\n{env.render()}"
+        )
     return (texts + rest)[:n]
