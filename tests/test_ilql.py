@@ -17,7 +17,7 @@ import torch
 
 import envs
 import ilql
-from helpers import load_checkpoint, run_dir
+from helpers import load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -307,3 +307,32 @@ def test_help_documents_every_flag():
         assert flag in out.stdout, flag
         idx = out.stdout.index(flag)
         assert len(out.stdout[idx : idx + 400].split("\n", 1)[1].strip()) > 0
+
+
+# -------------------------------------------------------------------------------------- learning
+
+
+def test_learning_the_decoded_policy_beats_its_own_pi_beta(tmp_path):
+    """ILQL from scratch (tiny model) on 2,000 scripted episodes of the 10-word game, 120 steps of
+    batch 32 with the defaults (τ 0.05, β 4), seed 1: the extracted policy π (Eq. 8.7) beats π_β,
+    the same LM's own head, on the same 100 sampled evaluation episodes by more than 2 paired s.e.;
+    and greedy π is not worse than greedy π_β (sharpening alone cannot move the argmax).
+
+    Measured (one torch thread, 2 cores shared with other runs): after 200 steps π −14.77 against
+    π_β −18.74 (+3.97 ± 0.77 sampled; greedy +3.00); after 120 steps: see docs/ilql.md, Results."""
+    ilql.main(
+        ilql.Args(
+            output_dir=str(tmp_path),
+            iterations=3,
+            eval_every=0,
+            eval_episodes=100,
+            checkpoint_every=0,
+            device="cpu",
+            seed=1,
+        )
+    )
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    behavior = summary["behavior_eval"]
+    diff, se = paired_difference(summary["eval_returns"], behavior["returns"])
+    assert diff > 2 * se, (behavior["return"], summary["eval_return"], diff, se)
+    assert summary["eval_return_greedy"] >= summary["behavior_eval_greedy"]["return"]
