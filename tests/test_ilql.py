@@ -318,8 +318,9 @@ def test_learning_the_decoded_policy_beats_its_own_pi_beta(tmp_path):
     the same LM's own head, on the same 100 sampled evaluation episodes by more than 2 paired s.e.;
     and greedy π is not worse than greedy π_β (sharpening alone cannot move the argmax).
 
-    Measured (one torch thread, 2 cores shared with other runs): after 200 steps π −14.77 against
-    π_β −18.74 (+3.97 ± 0.77 sampled; greedy +3.00); after 120 steps: see docs/ilql.md, Results."""
+    Measured (seed 1, one torch thread): π −15.34 against π_β −18.50, +3.16 ± 0.67 (4.7 s.e.);
+    greedy −18.00 against −20.00. 410 s of run time at a load average of ~12 on 2 cores
+    (docs/ilql.md); about 2 minutes alone."""
     ilql.main(
         ilql.Args(
             output_dir=str(tmp_path),
