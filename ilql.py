@@ -141,7 +141,7 @@ class Args:
     """temperature T of the CQL softmax over Q/T (reference 1.0)"""
     bc_weight: float = 1.0
     """weight of the BC term Eq. (8.4) that trains π_β (reference `awac_weight` 1.0)"""
-    tau: float = 0.05
+    tau: float = 0.005
     """Polyak rate of the target Q heads, Q̄ ← (1−τ)Q̄ + τQ every step (reference 0.005)"""
     beta: float = 4.0
     """π ∝ π_β exp(β (min Q̄ − V)) at decoding (reference 16 at GPT-2 scale; 0 = π_β)"""
