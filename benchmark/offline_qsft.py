@@ -1,7 +1,7 @@
-"""The Q-SFT paper's Table 1 at small scale: SFT, filtered BC, offline ArCHer (IQL + AWR) and Q-SFT
-on the same offline data per game, with the same number of policy gradient steps.
+"""The Q-SFT paper's Table 1 at small scale: SFT, filtered BC, offline ArCHer (IQL + AWR), ILQL and
+Q-SFT on the same offline data per game, with the same number of policy gradient steps.
 
-    python benchmark/offline_qsft.py                      # 4 games x 4 methods x seeds 1-2
+    python benchmark/offline_qsft.py                      # 4 games x 5 methods x seeds 1-2
     python benchmark/offline_qsft.py --games twenty_questions_subset --seeds 1 2 3
     python benchmark/offline_qsft.py --games wordle_small --steps 3000 --out runs/benchmark/qsft3000
     python benchmark/report.py                            # -> benchmark/results/qsft*_<game>.md
@@ -11,8 +11,9 @@ seed 0) unless it exists, and runs every method for each seed into
 runs/benchmark/qsft/<game>/<method>/seed<k>/ (finished runs are skipped; --jobs at once). Budget:
 every policy gets --steps gradient steps of batch --batch-size: SFT and filtered BC are
 filtered_bc.py offline (rho 1.0 / --filter-rho); ArCHer offline takes --steps critic and --steps
-actor steps; Q-SFT clones π_φ in --steps steps (that π_φ is its SFT row) and trains p_θ for --steps
-more. Every policy is evaluated on the same --eval-episodes episodes (sampled)."""
+actor steps; ILQL takes --steps steps of its joint loss (π_β's BC term included); Q-SFT clones π_φ
+in --steps steps (that π_φ is its SFT row) and trains p_θ for --steps more. Every policy is
+evaluated on the same --eval-episodes episodes (sampled)."""
 
 import argparse
 import os
@@ -27,14 +28,15 @@ GAMES = ["twenty_questions_subset", "wordle_small", "wordle", "chess_endgame"]
 # (wordle_small, the 20-secret CPU-scale game, has no paper row: the paper plays 400+ secrets)
 # the paper's Table 1 (GPT-2-medium; Chess and Wordle from random initialisation; 100 evaluations)
 PAPER = {
-    "twenty_questions_subset": {"sft": -17.3, "qsft": -13.1, "ILQL": -14.2},
-    "wordle": {"sft": -3.81, "qsft": -2.11, "ILQL": -2.08},
-    "chess_endgame": {"sft": 0.11, "qsft": 0.15, "ILQL": 0.09},
+    "twenty_questions_subset": {"sft": -17.3, "qsft": -13.1, "ilql": -14.2},
+    "wordle": {"sft": -3.81, "qsft": -2.11, "ilql": -2.08},
+    "chess_endgame": {"sft": 0.11, "qsft": 0.15, "ilql": 0.09},
 }
 METHODS = {  # key -> (row label, script)
     "sft": ("SFT (BC, ρ 1.0)", "filtered_bc.py"),
     "filtered_bc": ("Filtered BC", "filtered_bc.py"),
     "archer_offline": ("ArCHer offline (IQL + AWR)", "archer_offline.py"),
+    "ilql": ("ILQL", "ilql.py"),
     "qsft": ("Q-SFT", "qsft.py"),
 }
 
@@ -51,6 +53,10 @@ def command(method, game, seed, data, a):
         per = 20
         flags = ["--iterations", str(a.steps // per), "--critic-updates-per-iter", str(per)]
         flags += ["--actor-updates-per-iter", str(per), "--eval-every", "0"] + bs
+    elif method == "ilql":
+        per = 40
+        flags = ["--iterations", str(a.steps // per), "--updates-per-iter", str(per)]
+        flags += ["--eval-every", "0"] + bs
     else:
         per = 40
         flags = ["--bc-steps", str(a.steps), "--bc-lr", str(a.bc_lr), "--bc-batch-size"]

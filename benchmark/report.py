@@ -416,6 +416,20 @@ def qsft_report(game, runs, results, name="qsft"):
                     "Q-SFT − its π_φ (paired)": "",
                 }
             )
+        if key == "ilql":  # π_β alone (β = 0): the same LM, the same episodes
+            rows.append(
+                {
+                    "method": "ILQL's π_β (β = 0)",
+                    "seeds": len(s),
+                    "return (± s.e.)": fmt(*mean_se([x["behavior_eval"]["return"] for x in s])),
+                    "success": fmt(mean_std([x["behavior_eval"]["success_rate"] for x in s])[0]),
+                    "greedy return": fmt(
+                        mean_std([x["behavior_eval_greedy"]["return"] for x in s])[0]
+                    ),
+                    "paper (Table 1)": "",
+                    "Q-SFT − its π_φ (paired)": "",
+                }
+            )
     md = write_table(rows, list(rows[0]), os.path.join(results, f"{name}_{game}"))
     if "qsft" in runs:
         plot_qsft(runs["qsft"], game, os.path.join(results, f"{name}_{game}_curves.png"))

@@ -43,6 +43,7 @@ SMALL = {
     "poad": dict(bc_steps=3, rollouts_per_iter=4, ppo_epochs=2),
     "archer_offline": dict(critic_updates_per_iter=2, actor_updates_per_iter=2),
     "qsft": dict(bc_steps=3, updates_per_iter=2),
+    "ilql": dict(updates_per_iter=2),
 }
 
 
