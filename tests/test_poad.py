@@ -518,7 +518,6 @@ def test_two_processes_with_accelerate(tmp_path):
     assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
-@pytest.mark.slow
 def test_learning_from_the_bc_start_the_eval_return_rises(bc_actor, tmp_path):
     """From the shared BC start (conftest: BC on 2,000 scripted episodes of the 10-word game),
     POAD's defaults for 5 iterations of 64 rollouts (320 episodes), seed 1: the evaluated return

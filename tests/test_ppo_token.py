@@ -420,7 +420,6 @@ def test_two_processes_with_accelerate(tmp_path):
     assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
-@pytest.mark.slow
 def test_learning_return_holds_and_the_policy_moves_towards_higher_return(tmp_path):
     """A short BC warm start (150 steps on 300 scripted episodes), then 2 PPO iterations of 32
     rollouts, seed 1. PPO is slow (the paper needs >= 1024 rollouts per update; here 2 iterations do

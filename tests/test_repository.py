@@ -57,3 +57,25 @@ def test_algorithm_first_anatomy():
         assert first_loss <= 250, f"{script}: the first loss starts at line {first_loss}"
         assert first_loss < lines["main"] < marker, script
         assert "docs/" + script.replace(".py", ".md") in source.split('"""')[1], script
+
+
+def test_every_script_has_a_fast_learning_test():
+    """The fast tier (the README's test command, CI) proves that every algorithm learns: each
+    top-level script has, in tests/test_<script>.py, a `test_learning_*` test that is not marked
+    `slow` (the slow tier, `python -m pytest -m slow`, holds the long runs)."""
+    import ast
+
+    missing = []
+    for script in ALGORITHM_FILES:
+        path = os.path.join(ROOT, "tests", "test_" + script)
+        tree = ast.parse(open(path, encoding="utf-8").read()) if os.path.exists(path) else None
+        fast = [
+            node.name
+            for node in (tree.body if tree else [])
+            if isinstance(node, ast.FunctionDef)
+            and node.name.startswith("test_learning")
+            and not any("slow" in ast.unparse(d) for d in node.decorator_list)
+        ]
+        if not fast:
+            missing.append(script)
+    assert not missing, f"scripts without a fast-tier test_learning_* test: {missing}"
