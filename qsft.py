@@ -885,23 +885,6 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     return trajs, n_tokens
 
 
-def utterance_stats(trajs, tokenizer, stop_ids):
-    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as
-    generated) and how many would have been scored as a different token sequence had the decoded
-    text been re-encoded."""
-    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
-    if not steps:
-        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
-    stops = set(stop_ids)
-    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
-    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
-    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
-    return {
-        "truncated_per_1k": 1000 * cut / len(steps),
-        "retokenized_differs_per_1k": 1000 * differs / len(steps),
-    }
-
-
 def sample_pairs(trajs, n: int, rng: random.Random):
     """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of
     `trajs`."""
