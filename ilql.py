@@ -741,34 +741,34 @@ def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask)
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """Sample one utterance per observation (batched, KV cache, left padding) with the settings in
-    args (max_new_tokens, temperature, top_k, top_p, max_obs_tokens); greedy decoding with `greedy`
-    or temperature 0. Returns (texts, ids, n_tokens): ids[i] are the sampled token ids through the
-    first stop token (a token containing "\\n", or EOS), or all max_new_tokens of them if none came
-    (a truncated utterance); texts[i] is what the environment receives: the decoded ids up to the
-    first newline, stripped. Losses score ids[i], never a re-encoding of texts[i]."""
-    empty = [""] * len(observations)
-    pairs = [
-        (o, []) for o, _ in tokenize_pairs(tokenizer, observations, empty, args.max_obs_tokens)
-    ]
-    device = next(model.parameters()).device
-    ids, attn, _, _ = pad_pairs(pairs, tokenizer.pad_token_id, "left", device)
-    sample = args.temperature > 0 and not greedy
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=attn,
-        max_new_tokens=args.max_new_tokens,
-        do_sample=sample,
-        temperature=args.temperature if sample else None,
-        top_k=args.top_k if sample else None,
-        top_p=args.top_p if sample else None,
-        eos_token_id=stop_ids,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    stops, sampled = set(stop_ids), []
-    for row in out[:, ids.shape[1] :].tolist():  # after a row's stop token generate only pads it
-        end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
-        sampled.append(row[:end])
+    """Sample one utterance per observation (batched, KV cache, left padding; over 256 are decoded
+    256 at a time, shortest first, to pad little) with the settings in args (max_new_tokens,
+    temperature, top_k, top_p, max_obs_tokens); greedy with `greedy` or temperature 0. Returns
+    (texts, ids, n_tokens): ids[i] are the sampled token ids through the first stop token (a token
+    containing "\\n", or EOS), or all max_new_tokens of them if none came (a truncated utterance);
+    texts[i] is what the environment receives: the decoded ids up to the first newline, stripped.
+    Losses score ids[i], never a re-encoding of texts[i]."""
+    n, pad = len(observations), tokenizer.pad_token_id
+    obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
+    order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
+    device, sample = next(model.parameters()).device, args.temperature > 0 and not greedy
+    stops, sampled = set(stop_ids), [None] * n
+    for c in range(0, n, 256):
+        rows = order[c : c + 256]
+        ids, attn, _, _ = pad_pairs([(obs[i], []) for i in rows], pad, "left", device)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=args.max_new_tokens,
+            do_sample=sample,
+            temperature=args.temperature if sample else None,
+            top_k=args.top_k if sample else None,
+            top_p=args.top_p if sample else None,
+            eos_token_id=stop_ids,
+            pad_token_id=pad,
+        )
+        for i, row in zip(rows, out[:, ids.shape[1] :].tolist()):  # after a stop: only pads
+            sampled[i] = row[: next((k + 1 for k, t in enumerate(row) if t in stops), len(row))]
     texts = [
         tokenizer.decode(x, skip_special_tokens=True).split("\n", 1)[0].strip() for x in sampled
     ]
@@ -826,53 +826,6 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
         for i in range(n)
     ]
     return trajs, n_tokens
-
-
-def utterance_stats(trajs, tokenizer, stop_ids):
-    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token; scored as
-    generated) and how many would have been scored as a different token sequence had the decoded
-    text been re-encoded."""
-    steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
-    if not steps:
-        return {"truncated_per_1k": 0.0, "retokenized_differs_per_1k": 0.0}
-    stops = set(stop_ids)
-    canon = tokenizer([s["action"] + "\n" for s in steps], add_special_tokens=False)["input_ids"]
-    cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
-    differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
-    return {
-        "truncated_per_1k": 1000 * cut / len(steps),
-        "retokenized_differs_per_1k": 1000 * differs / len(steps),
-    }
-
-
-def sample_pairs(trajs, n: int, rng: random.Random):
-    """n (observation, utterance, sampled ids or None) triples drawn uniformly from the steps of
-    `trajs`."""
-    flat = [(s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]]
-    return [flat[rng.randrange(len(flat))] for _ in range(n)]
-
-
-def bc_step(actor, optimizer, accelerator, tokenizer, pairs, args):
-    """One gradient step of nll_loss on (observation, utterance, ids or None) triples. Sampled ids
-    are scored as sampled, dataset utterances as their canonical encoding. Sorted by length first so
-    each micro-batch pads little (the loss is the same mean). Returns (loss, gradient norm)."""
-    optimizer.zero_grad(set_to_none=True)
-    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
-    total = 0.0
-    for mb, w in micro_batches(pairs, args.micro_batch_size):
-        obs, acts, ids = [p[0] for p in mb], [p[1] for p in mb], [p[2] for p in mb]
-        batch = pad_pairs(
-            tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids),
-            tokenizer.pad_token_id,
-            "right",
-            accelerator.device,
-        )
-        loss = nll_loss(action_logprobs(actor, *batch)) * w
-        accelerator.backward(loss)
-        total += loss.item()
-    grad_norm = accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
-    optimizer.step()
-    return total, float(grad_norm)
 
 
 def shard(items, accelerator):
