@@ -10,6 +10,12 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# Under pytest-xdist (the README's command runs `-n 2`: one worker per core) every worker and every
+# process it starts uses one torch thread: two workers with torch's default threads each would
+# oversubscribe the two cores (up to 8x slower). The learning tests' numbers were measured so.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -19,30 +25,53 @@ if ROOT not in sys.path:
 def train_bc_actor(tmp_path_factory, name, env, steps):
     """filtered_bc.py offline with rho = 1.0 (plain BC) on its 2,000 scripted episodes of `env`,
     `steps` steps, seed 1, evaluated on 200 episodes and saved with --save-model. Returns (actor
-    directory, BC summary.json as a dict)."""
+    directory, BC summary.json as a dict).
+
+    Trained once per test session: under pytest-xdist the workers share one copy (the first to
+    need it trains it under a file lock in the session's common temporary directory, the others
+    wait for it and read it), so a learning test can run on any worker."""
+    import fcntl
     import json
+    import shutil
 
     import filtered_bc
     from helpers import run_dir
 
-    out = tmp_path_factory.mktemp(name)
-    filtered_bc.main(
-        filtered_bc.Args(
-            output_dir=str(out),
-            exp_name="bc",
-            env=env,
-            iterations=0,
-            offline_steps=steps,
-            offline_rho=1.0,
-            eval_episodes=200,
-            save_model=True,
-            checkpoint_every=0,
-            device="cpu",
-            seed=1,
-        )
-    )
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # .../pytest-N/, shared by this session's workers
+    out = root / f"shared_{name}"
+    with open(root / f"shared_{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (out / "done").exists():
+            shutil.rmtree(out, ignore_errors=True)  # what a failed attempt left
+            filtered_bc.main(
+                filtered_bc.Args(
+                    output_dir=str(out),
+                    exp_name="bc",
+                    env=env,
+                    iterations=0,
+                    offline_steps=steps,
+                    offline_rho=1.0,
+                    eval_episodes=200,
+                    save_model=True,
+                    checkpoint_every=0,
+                    device="cpu",
+                    seed=1,
+                )
+            )
+            (out / "done").write_text("")
     run = run_dir(out)
     return str(run / "actor"), json.loads((run / "summary.json").read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread_per_xdist_worker():
+    """See the top of this file: one torch thread in each pytest-xdist worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +100,17 @@ def tiny():
     torch.manual_seed(0)
     model, tok = archer.load_actor("tiny", "twenty_questions_subset")
     return model.eval(), tok
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected the other tier
+def pytest_collection_modifyitems(config, items):
+    """The order of the run, for the README's `-n 2 --maxschedchunk 1` (two pytest-xdist workers,
+    each given the next test when it is free): the learning tests first, so no long test is left to
+    end the run on one worker while the other idles. The first two are tests of the shared BC actor
+    (the first trains it), the next three do not need it: the other worker runs them while the
+    actor trains, and then the remaining learning tests. The rest keeps the collection's order."""
+    learning = [it for it in items if it.name.startswith("test_learning")]
+    needs_bc = [it for it in learning if "bc_actor" in getattr(it, "fixturenames", ())]
+    others = [it for it in learning if it not in needs_bc]
+    head = needs_bc[:2] + others[:3] + needs_bc[2:] + others[3:]
+    items[:] = head + [it for it in items if it not in head]

@@ -65,8 +65,14 @@ def launch_two_processes(script, flags, timeout=600):
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import socket
+
+    with socket.socket() as s:  # a free port: two such tests may run at once under pytest-xdist
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
     launch += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    launch += ["--main_process_port", str(port)]
     launch += ["--dynamo_backend", "no", script]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(
