@@ -140,8 +140,8 @@ class Args:
     """steps (turns) per minibatch, i.e. per gradient step"""
     micro_batch_size: int = 64
     """turns per forward pass; micro-batch gradients are averaged over tokens"""
-    lr: float = 1e-4
-    """actor learning rate (paper: 1e-6 with Qwen2.5-1.5B/7B)"""
+    lr: float = 3e-4
+    """actor learning rate (tiny models; paper: 1e-6 with Qwen2.5-1.5B/7B)"""
     gamma: float = 0.95
     """γ of the discounted step returns, Eq. (5) (paper: 0.95)"""
     omega: float = 1.0
