@@ -27,6 +27,8 @@ Methods (every script's own defaults otherwise; the off-policy ones start their 
   filtered_bc      filtered_bc.py            top 10% of the buffer, 32 rollouts/iter
   ppo_token        ppo_token.py              64 rollouts/iter (on-policy; the buffer is each
                                              iteration's batch)
+  gigpo            gigpo.py                  64 rollouts/iter: 8 episode groups of 8 (on-policy,
+                                             critic-free; beyond the ArCHer paper's methods)
 
 Paper scale (GPU): --paper-scale applies the ArCHer paper's Table 2 (Twenty Questions Subset column)
 on top: rollouts per iteration (ArCHer/CHAI 128, filtered BC 32, PPO 2,048), batch sizes, learning
@@ -55,7 +57,9 @@ METHODS = {
     "chai": ("chai.py", 16, ["--bc-steps", "0"]),
     "filtered_bc": ("filtered_bc.py", 32, ["--offline-steps", "0"]),
     "ppo_token": ("ppo_token.py", 64, ["--bc-steps", "0"]),
+    "gigpo": ("gigpo.py", 64, ["--bc-steps", "0"]),
 }
+GIGPO_GROUP_SIZE = 8  # gigpo.py's default N: its rollouts per iteration are groups x N
 # --paper-scale: method -> (rollouts per iteration, flags), from the paper's Table 2 (Twenty
 # Questions Subset)
 PAPER_SCALE = {
@@ -117,6 +121,7 @@ PAPER_SCALE = {
         2048,
         ["--lr", "6e-6", "--batch-size", "1024", "--micro-batch-size", "32", "--ppo-epochs", "10"],
     ),
+    "gigpo": (128, []),  # the GiGPO paper's 16 groups of 8 (its lr 1e-6 is for 1.5B-7B models)
 }
 PAPER_SCALE["archer_target_adv"] = PAPER_SCALE["archer"]  # (the flag is in METHODS)
 ABLATIONS = ["archer_target_adv"]  # run only when --methods names them
@@ -180,8 +185,11 @@ def method_command(method, seed, actor, a, resume=None):
         str(seed),
         "--iterations",
         str(a.budget // per_iter),
-        "--rollouts-per-iter",
-        str(per_iter),
+        *(
+            ["--groups-per-iter", str(per_iter // GIGPO_GROUP_SIZE)]
+            if method == "gigpo"
+            else ["--rollouts-per-iter", str(per_iter)]
+        ),
         "--eval-every",
         str(every),
         "--eval-episodes",
@@ -195,7 +203,8 @@ def method_command(method, seed, actor, a, resume=None):
     if a.critic and method not in (
         "filtered_bc",
         "ppo_token",
-    ):  # no Q critic there (PPO's value model: actor trunk)
+        "gigpo",
+    ):  # no Q critic there (PPO's value model: actor trunk; GiGPO has none)
         cmd += ["--critic", a.critic]
     return out, cmd
 

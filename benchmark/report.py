@@ -38,6 +38,7 @@ LABELS = {
     "chai": "CHAI",
     "filtered_bc": "Filtered BC",
     "ppo_token": "Token-level PPO",
+    "gigpo": "GiGPO",
     "archer_offline": "ArCHer offline (IQL + AWR)",
     "poad": "POAD (BAD)",
     "ntpo": "NTPO",

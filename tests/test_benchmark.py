@@ -175,6 +175,26 @@ def test_online_rejects_a_budget_that_splits_an_iteration():
     assert cmd[cmd.index("--iterations") + 1] == "20" and cmd[cmd.index("--eval-every") + 1] == "4"
 
 
+def test_online_runs_gigpo_in_groups_of_eight():
+    """GiGPO's 64 rollouts per iteration are 8 episode groups of 8; it takes no --critic."""
+
+    class A:
+        budget, eval_every_episodes, out, env, eval_episodes, extra, paper_scale = (
+            320,
+            64,
+            "x",
+            "e",
+            10,
+            "",
+            False,
+        )
+        critic = "tiny"
+
+    _, cmd = online.method_command("gigpo", 1, "actor", A)
+    assert cmd[cmd.index("--groups-per-iter") + 1] == "8" and "--rollouts-per-iter" not in cmd
+    assert cmd[cmd.index("--iterations") + 1] == "5" and "--critic" not in cmd
+
+
 def test_online_continues_a_run_from_its_checkpoint(tmp_path):
     """Rerunning online.py continues: an interrupted run (checkpoint, no summary) or one finished at
     a smaller budget is resumed to --budget with its own arguments; one at the budget is left."""

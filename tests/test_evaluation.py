@@ -12,7 +12,7 @@ import torch
 
 from helpers import run_dir
 
-SCRIPTS = ["archer", "archer_offline", "chai", "filtered_bc", "ppo_token"]
+SCRIPTS = ["archer", "archer_offline", "chai", "filtered_bc", "ppo_token", "gigpo"]
 ENV = "twenty_questions_subset"
 
 

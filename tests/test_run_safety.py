@@ -44,6 +44,7 @@ SMALL = {
     "archer_offline": dict(critic_updates_per_iter=2, actor_updates_per_iter=2),
     "qsft": dict(bc_steps=3, updates_per_iter=2),
     "ilql": dict(updates_per_iter=2),
+    "gigpo": dict(bc_steps=3, groups_per_iter=2, group_size=2, ppo_epochs=2),
 }
 
 
@@ -219,7 +220,9 @@ def test_command_line_bad_input_is_one_line_on_stderr_with_exit_status_2(tmp_pat
     assert not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("script", ["archer", "chai", "filtered_bc", "qsft", "ppo_token", "poad"])
+@pytest.mark.parametrize(
+    "script", ["archer", "chai", "filtered_bc", "qsft", "ppo_token", "poad", "gigpo"]
+)
 def test_a_warm_start_stopped_midway_resumes_where_it_stopped(script, tmp_path, monkeypatch):
     """The BC / SFT warm start checkpoints every BC_CHECKPOINT_STEPS steps: stopped at step 4 of 5
     (checkpoint at 2), the resumed run redoes steps 3-5 only and ends as the uninterrupted run."""

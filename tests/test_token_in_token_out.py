@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-SCRIPTS = ["archer", "archer_offline", "chai", "filtered_bc", "ppo_token"]
+SCRIPTS = ["archer", "archer_offline", "chai", "filtered_bc", "ppo_token", "gigpo"]
 ENV = "twenty_questions_subset"
 
 

@@ -1,0 +1,400 @@
+"""gigpo.py: every equation on a hand-built pair of episode groups (trajectories of different
+lengths that share some states, singleton and zero-variance groups) against values worked out by
+hand, the invariances (ω = 0 is GRPO with per-episode advantages; a state only one step came from
+gets A^S = 0), the token broadcast, the loss on ids that came out of `generate`, bad input, smoke
+runs (--save-model + reload, --resume) and a learning test from the shared BC actor."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import gigpo
+from helpers import load_checkpoint, paired_difference, run_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = "twenty_questions_subset"
+EPS = 1e-6  # relative_advantage's eps, added to the std
+
+
+# ----------------------------------------------------------------------------- a hand-built batch
+
+
+def traj(group, observations, rewards):
+    steps = [
+        {"observation": o, "action": f"a{k}", "reward": r, "done": k == len(rewards) - 1}
+        for k, (o, r) in enumerate(zip(observations, rewards))
+    ]
+    return {"group": group, "steps": steps, "return": float(sum(rewards))}
+
+
+Q, QX, QXY, QV = "Q:\n", "Q:\nx\n", "Q:\nx\ny\n", "Q:\nv\n"
+TRAJS = [
+    # episode group 0: lengths 3, 2, 4; "Q:\n" is shared by all three, "Q:\nx\n" by τ1 and τ2
+    traj(0, [Q, QX, QXY], [-1.0, -1.0, 0.0]),  # τ1, R = −2
+    traj(0, [Q, QX], [-1.0, 0.0]),  # τ2, R = −1
+    traj(0, [Q, QV, QV + "u\n", QV + "u\nt\n"], [-1.0] * 4),  # τ3, R = −4
+    # episode group 1: equal returns (zero variance); its "Q:\n" is NOT group 0's "Q:\n" (Eq. 6
+    # groups within an episode group)
+    traj(1, [Q, "Q:\na\n"], [-1.0, -1.0]),  # τ4, R = −2
+    traj(1, [Q, "Q:\nb\n"], [-1.0, -1.0]),  # τ5, R = −2
+]
+GAMMA = 0.5
+
+
+def args_(**kw):
+    return SimpleNamespace(
+        **{"gamma": GAMMA, "norm": "std", "omega": 1.0, "episode_stats": "trajectories", **kw}
+    )
+
+
+def test_eq3_episode_advantage_by_hand():
+    returns, groups = [t["return"] for t in TRAJS], [t["group"] for t in TRAJS]
+    # group 0: R = [−2, −1, −4], mean −7/3, deviations [1/3, 4/3, −5/3], sample variance
+    # (1 + 16 + 25)/9 / 2 = 7/3; group 1: R = [−2, −2], zero variance → 0
+    s = math.sqrt(7 / 3) + EPS
+    want = [1 / 3 / s, 4 / 3 / s, -5 / 3 / s, 0.0, 0.0]
+    got = gigpo.episode_advantages(returns, groups, "std")
+    assert torch.allclose(got, torch.tensor(want), atol=1e-6)
+    # F_norm = 1 ('mean'): the deviations themselves
+    got = gigpo.episode_advantages(returns, groups, "mean")
+    assert torch.allclose(got, torch.tensor([1 / 3, 4 / 3, -5 / 3, 0.0, 0.0]), atol=1e-6)
+    # the reference code's pooling over step rows: group 0 has 3 + 2 + 4 rows of −2, −1, −4, mean
+    # −24/9 = −8/3 → [2/3, 5/3, −4/3]
+    lengths = [len(t["steps"]) for t in TRAJS]
+    got = gigpo.episode_advantages(returns, groups, "mean", lengths)
+    assert torch.allclose(got, torch.tensor([2 / 3, 5 / 3, -4 / 3, 0.0, 0.0]), atol=1e-6)
+
+
+def test_eq5_discounted_step_returns_by_hand():
+    assert gigpo.discounted_step_returns([-1.0, -1.0, 0.0], 0.5) == [-1.5, -1.0, 0.0]
+    assert gigpo.discounted_step_returns([-1.0] * 4, 0.5) == [-1.875, -1.75, -1.5, -1.0]
+    assert gigpo.discounted_step_returns([-1.0, -1.0, 10.0], 1.0) == [8.0, 9.0, 10.0]
+    assert gigpo.discounted_step_returns([], 0.9) == []
+
+
+def test_eq6_anchor_state_groups_are_per_episode_group_and_exact_text():
+    groups = gigpo.anchor_state_groups([0, 0, 0, 1, 1, 0], [Q, QX, Q, Q, Q, QX + " "])
+    # same text, same episode group → same step group; group 1's "Q:\n" is its own; a trailing
+    # space is another state (exact match, no similarity threshold)
+    assert groups == [0, 1, 0, 2, 2, 3]
+
+
+def test_eq7_step_advantage_and_eq8_sum_by_hand():
+    adv, parts = gigpo.gigpo_advantages(TRAJS, args_())
+    # step returns (γ = 0.5): τ1 [−1.5, −1, 0], τ2 [−1, 0], τ3 [−1.875, −1.75, −1.5, −1],
+    # τ4 and τ5 [−1.5, −1]
+    ret = [-1.5, -1.0, 0.0, -1.0, 0.0, -1.875, -1.75, -1.5, -1.0, -1.5, -1.0, -1.5, -1.0]
+    assert parts["step_returns"].tolist() == ret
+    # step groups: group 0's "Q:\n" = {τ1 s0, τ2 s0, τ3 s0}, "Q:\nx\n" = {τ1 s1, τ2 s1}, the rest
+    # of group 0 singletons; group 1's "Q:\n" = {τ4 s0, τ5 s0}, its other two states singletons
+    sg = parts["step_group"]
+    assert sg[0] == sg[3] == sg[5] and sg[1] == sg[4] and sg[9] == sg[11]
+    assert len(set(sg)) == 9 and sg[9] != sg[0]
+    # "Q:\n" of group 0: G = [−1.5, −1, −1.875], mean −35/24, deviations [−1, 11, −10]/24, sample
+    # std sqrt((1 + 121 + 100)/576/2) = sqrt(111)/24; "Q:\nx\n": G = [−1, 0], std 1/sqrt(2);
+    # group 1's "Q:\n": G = [−1.5, −1.5] (zero variance) → 0; singletons → 0
+    s1, s2 = math.sqrt(111) / 24 + EPS, 1 / math.sqrt(2) + EPS
+    a_s = [0.0] * 13
+    a_s[0], a_s[3], a_s[5] = -1 / 24 / s1, 11 / 24 / s1, -10 / 24 / s1
+    a_s[1], a_s[4] = -0.5 / s2, 0.5 / s2
+    assert torch.allclose(parts["step_adv"], torch.tensor(a_s), atol=1e-6)
+    # Eq. (8): A = A^E (of the step's trajectory) + ω A^S
+    s = math.sqrt(7 / 3) + EPS
+    a_e = [1 / 3 / s] * 3 + [4 / 3 / s] * 2 + [-5 / 3 / s] * 4 + [0.0] * 4
+    assert torch.allclose(parts["episode_adv"], torch.tensor(a_e), atol=1e-6)
+    assert torch.allclose(adv, torch.tensor(a_e) + torch.tensor(a_s), atol=1e-6)
+    adv_half, _ = gigpo.gigpo_advantages(TRAJS, args_(omega=0.5))
+    assert torch.allclose(adv_half, torch.tensor(a_e) + 0.5 * torch.tensor(a_s), atol=1e-6)
+    # F_norm = 1: "Q:\n" deviations [−1, 11, −10]/24, "Q:\nx\n" [−0.5, 0.5]
+    _, parts = gigpo.gigpo_advantages(TRAJS, args_(norm="mean"))
+    a_s = [0.0] * 13
+    a_s[0], a_s[3], a_s[5], a_s[1], a_s[4] = -1 / 24, 11 / 24, -10 / 24, -0.5, 0.5
+    assert torch.allclose(parts["step_adv"], torch.tensor(a_s), atol=1e-6)
+
+
+def test_singletons_and_zero_variance_groups_get_exactly_zero():
+    assert gigpo.relative_advantage([3.7], ["a"], "std").tolist() == [0.0]
+    # values whose float mean is not exactly themselves still give exactly 0
+    x = [-1.95, -1.95, -1.95, 0.1]
+    assert gigpo.relative_advantage(x, [0, 0, 0, 1], "std").tolist() == [0.0] * 4
+    assert gigpo.step_advantages([5.0, -3.0], [0, 1], "mean").tolist() == [0.0, 0.0]
+    # a state only one trajectory reached gets A^S = 0 whatever its return (τ3's last three steps)
+    _, parts = gigpo.gigpo_advantages(TRAJS, args_())
+    assert parts["step_adv"][6:9].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_omega_zero_is_grpo_with_per_episode_advantages():
+    adv, _ = gigpo.gigpo_advantages(TRAJS, args_(omega=0.0))
+    want = []
+    for t in TRAJS:  # GRPO: (R − mean) / (std + eps) over the trajectory's group, on every step
+        r = torch.tensor([u["return"] for u in TRAJS if u["group"] == t["group"]], dtype=float)
+        a = 0.0 if r.std() == 0 else float((t["return"] - r.mean()) / (r.std() + EPS))
+        want += [a] * len(t["steps"])
+    assert torch.allclose(adv, torch.tensor(want, dtype=torch.float32), atol=1e-6)
+    # and every step of a trajectory carries the same advantage
+    k = 0
+    for t in TRAJS:
+        n = len(t["steps"])
+        assert len(set(adv[k : k + n].tolist())) == 1
+        k += n
+
+
+def test_step_group_stats():
+    _, parts = gigpo.gigpo_advantages(TRAJS, args_())
+    sizes, shared = gigpo.step_group_stats(parts["step_group"])
+    # 13 steps in 9 groups: one of 3, two of 2, six singletons; 7 of 13 steps share a state
+    assert sizes == {1: 6, 2: 2, 3: 1} and shared == pytest.approx(7 / 13)
+
+
+# --------------------------------------------------------------------------------------- the loss
+
+
+def test_k3_kl_and_the_clipped_loss_by_hand():
+    logp = torch.log(torch.tensor([0.5, 0.25]))
+    logp_ref = torch.log(torch.tensor([0.25, 0.25]))
+    # k3 = π_ref/π − log(π_ref/π) − 1: [0.5 + ln 2 − 1, 0]
+    assert torch.allclose(gigpo.k3_kl(logp, logp_ref), torch.tensor([math.log(2) - 0.5, 0.0]))
+    logp_old = torch.zeros(4)
+    ratios = torch.tensor([1.5, 0.5, 1.1, 0.7])
+    logp = torch.log(ratios).requires_grad_(True)
+    logp_ref = torch.log(ratios).detach() - torch.tensor([0.0, 0.0, 0.0, math.log(2)])
+    adv = torch.tensor([1.0, 1.0, -2.0, -1.0])
+    # surrogate min(ρA, clip(ρ)A) with ε = 0.2: [1.2, 0.5, −2.2, −0.8]; k3 of token 3: π_ref/π =
+    # 1/2 → 1/2 + ln 2 − 1; loss = mean(−surrogate + β k3) with β = 0.1
+    k3 = math.log(2) - 0.5
+    loss, clipfrac, kl = gigpo.gigpo_policy_loss(logp, logp_old, logp_ref, adv, 0.2, 0.1)
+    assert loss.item() == pytest.approx((-1.2 - 0.5 + 2.2 + 0.8 + 0.1 * k3) / 4)
+    assert clipfrac.item() == pytest.approx(0.75) and kl.item() == pytest.approx(k3 / 4)
+    loss.backward()
+    # d/d log π: −ρA/4 where the unclipped term is the min (tokens 1, 2), 0 where the clipped one
+    # is; plus β (1 − π_ref/π)/4 from k3 (token 3: 1 − 1/2)
+    want = torch.tensor([0.0, -0.5 / 4, 2 * 1.1 / 4, 0.1 * 0.5 / 4])
+    assert torch.allclose(logp.grad, want, atol=1e-6)
+
+
+def test_broadcast_every_token_of_a_step_carries_its_advantage():
+    out = gigpo.broadcast_to_tokens(torch.tensor([0.5, -1.25, 0.0]), [3, 1, 2])
+    assert [x.tolist() for x in out] == [[0.5] * 3, [-1.25], [0.0, 0.0]]
+
+
+# ----------------------------------------------------------------------- rollouts and the ids
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    actor, tok = gigpo.load_actor("tiny", ENV)
+    return actor.eval(), tok
+
+
+def gen_args(**kw):
+    base = dict(
+        env=ENV,
+        max_turns=3,
+        oracle="kb",
+        group_size=3,
+        max_new_tokens=8,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_obs_tokens=448,
+        micro_batch_size=4,
+    )
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_groups_share_their_task_and_the_batch_scores_the_sampled_ids(tiny):
+    """Rollouts in groups from the tiny actor's own `generate`: the episodes of a group play the
+    same target (same env seed); the items the loss sees hold exactly the sampled ids as the action
+    (never a re-encoding), one advantage per action token, equal to its step's (environment text
+    gets none); at θ = θ_old = θ_ref the loss is −(mean advantage over tokens) and its KL term 0."""
+    from accelerate import Accelerator
+
+    model, tok = tiny
+    args = gen_args()
+    torch.manual_seed(1)
+    trajs, n_tok = gigpo.run_groups(model, tok, args, 4, seed=123)
+    assert len(trajs) == 12
+    for g in range(4):
+        assert len({t["target"] for t in trajs[3 * g : 3 * g + 3]}) == 1
+    again = [u["target"] for u in gigpo.run_groups(model, tok, args, 4, seed=123)[0]]
+    assert again == [t["target"] for t in trajs]  # the env seed fixes the task
+    for i, t in enumerate(trajs):
+        t["group"] = i // 3
+    steps = [s for t in trajs for s in t["steps"]]
+    assert n_tok == sum(len(s["action_ids"]) for s in steps)
+    step_adv = torch.linspace(-1.0, 1.0, len(steps))
+    items = gigpo.build_items(trajs, step_adv, model, model, tok, args, Accelerator(cpu=True))
+    assert [it["pair"][1] for it in items] == [s["action_ids"] for s in steps]
+    obs = tok([s["observation"] for s in steps], add_special_tokens=False)["input_ids"]
+    assert [it["pair"][0] for it in items] == obs  # the whole observation is context
+    for it, a in zip(items, step_adv.tolist()):
+        assert len(it["adv"]) == len(it["pair"][1]) == len(it["logp_old"]) == len(it["logp_ref"])
+        assert it["adv"].tolist() == pytest.approx([a] * len(it["adv"]))
+    batch = gigpo.pad_pairs([it["pair"] for it in items], tok.pad_token_id, "right")
+    with torch.no_grad():
+        logp, _ = gigpo.action_token_logprobs(model, *batch)
+        per_step = gigpo.action_logprobs(model, *batch)
+    logp_old = torch.cat([it["logp_old"] for it in items])
+    adv = torch.cat([it["adv"] for it in items])
+    torch.testing.assert_close(logp, logp_old)  # tokens in the same order as the items' A
+    torch.testing.assert_close(per_step, torch.stack([it["logp_old"].sum() for it in items]))
+    loss, clipfrac, kl = gigpo.gigpo_policy_loss(logp, logp_old, logp_old, adv, 0.2, 0.01)
+    assert loss.item() == pytest.approx(-adv.mean().item(), abs=1e-6)
+    assert clipfrac.item() == 0.0 and kl.item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_an_update_raises_the_sampled_ids_of_a_positive_step(tiny):
+    """One gigpo_step on a single step with A > 0 raises log π of exactly its sampled ids (and one
+    with A < 0 lowers them)."""
+    import copy
+
+    from accelerate import Accelerator
+
+    model, tok = tiny
+    args = gen_args(clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0)
+    torch.manual_seed(2)
+    trajs, _ = gigpo.run_groups(model, tok, args, 1, seed=7)
+    trajs[0]["group"] = 0
+    for sign in (1.0, -1.0):
+        actor = copy.deepcopy(model)
+        items = gigpo.build_items(
+            trajs[:1], torch.tensor([sign]), actor, actor, tok, args, Accelerator(cpu=True)
+        )[:1]
+        batch = gigpo.pad_pairs([items[0]["pair"]], tok.pad_token_id, "right")
+        opt = torch.optim.SGD(actor.parameters(), lr=0.1)
+        gigpo.gigpo_step(actor, opt, Accelerator(cpu=True), tok, items, args)
+        with torch.no_grad():
+            after = gigpo.action_logprobs(actor, *batch)
+        assert sign * (after.item() - items[0]["logp_old"].sum().item()) > 0
+
+
+# ---------------------------------------------------------------------------------------- runs
+
+
+def small_args(tmp_path, **kw):
+    base = dict(
+        output_dir=str(tmp_path),
+        scripted_episodes=40,
+        bc_steps=3,
+        bc_batch_size=8,
+        iterations=2,
+        groups_per_iter=2,
+        group_size=2,
+        batch_size=16,
+        micro_batch_size=8,
+        eval_episodes=4,
+        eval_every=1,
+        checkpoint_every=1,
+        max_new_tokens=8,
+        max_turns=5,
+        device="cpu",
+    )
+    base.update(kw)
+    return gigpo.Args(**base)
+
+
+def test_smoke_save_reload_and_resume(tmp_path):
+    gigpo.main(small_args(tmp_path, save_model=True))
+    d = run_dir(tmp_path)
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["episodes"] == 8 and len(summary["history"]) == 2
+    assert -5 <= summary["eval_return"] <= 0 and "eval_return_greedy" in summary
+    # the run's step-group sizes: every iteration's groups counted once
+    groups = sum(h["charts/step_groups"] for h in summary["history"])
+    assert sum(summary["step_group_sizes"].values()) == groups
+    assert int(max(summary["step_group_sizes"], key=int)) >= 2  # "Questions:\n" at least
+    assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
+    # models [actor], optimisers [actor, BC], registered objects [RunState, reference]
+    ckpt = load_checkpoint(d)
+    assert len(ckpt["models"]) == 1 and len(ckpt["optimizers"]) == 2 and len(ckpt["custom"]) == 2
+    state, ref = ckpt["custom"]
+    actor, _ = gigpo.load_actor(str(d / "actor"), ENV)
+    assert all(torch.equal(v, actor.state_dict()[k]) for k, v in ckpt["models"][0].items())
+    assert any(not torch.equal(v, ref[k]) for k, v in ckpt["models"][0].items())
+    assert state["iteration"] == 2 and state["episodes"] == 8
+    # resume to 3 iterations: continues at iteration 3 with the restored (not re-copied) reference
+    gigpo.main(gigpo.Args(resume=str(d), iterations=3))
+    summary = json.loads((d / "summary.json").read_text())
+    assert [h["iteration"] for h in summary["history"]] == [1, 2, 3]
+    assert summary["episodes"] == 12 and len(summary["resumes"]) == 1
+    new = load_checkpoint(d)["custom"][1]
+    assert all(torch.equal(v, new[k]) for k, v in ref.items())
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    for change, message in [
+        (dict(group_size=1), "--group-size: a group needs at least 2 episodes, got 1"),
+        (dict(norm="median"), "--norm: 'median': choose std or mean"),
+        (dict(episode_stats="rows"), "--episode-stats: 'rows': choose trajectories or steps"),
+        (dict(groups_per_iter=0), "--groups-per-iter: must be at least 1"),
+        (dict(clip_coef=0.0), "--clip-coef: must lie in (0, 1)"),
+        (dict(omega=-1.0), "--omega: must be a number >= 0"),
+        (dict(gamma=1.5), "--gamma: must lie in [0, 1]"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            gigpo.main(small_args(tmp_path / "runs", **change))
+        assert message in str(e.value.code) and "\n" not in str(e.value.code)
+    assert not (tmp_path / "runs").exists()
+    out = subprocess.run(
+        [sys.executable, "gigpo.py", "--norm", "median", "--output-dir", str(tmp_path / "runs")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == ["--norm: 'median': choose std or mean"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_help_documents_every_flag():
+    out = subprocess.run(
+        [sys.executable, "gigpo.py", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    for flag in ["--group-size", "--groups-per-iter", "--omega", "--norm", "--episode-stats"]:
+        assert flag in out.stdout
+    for flag in ["--gamma", "--clip-coef", "--kl-coef", "--ppo-epochs", "--resume"]:
+        assert flag in out.stdout
+
+
+ITERS, GROUPS, LR = 10, 8, 3e-4
+
+
+def test_learning_gigpo_short_run_raises_the_return(tmp_path, bc_actor):
+    """The fast tier's GiGPO learning check: from the shared BC actor (conftest.py), ITERS
+    iterations of GROUPS episode groups of 8 (640 episodes) at actor lr LR, the defaults otherwise;
+    the evaluated return rises beyond 2 s.e. of the paired difference on 600 fixed episodes
+    (common random numbers; evaluating the tiny actor costs seconds).
+
+    Measured (seed 1, one torch thread, beside another test run on 2 cores, 94 s): -10.99 -> -9.12,
+    +1.87 +- 0.31 (6.1 s.e.); seed 2 +1.47 +- 0.32. What passed less clearly or not, same protocol:
+    6 iterations at lr 1e-4 +0.30 +- 0.30, at 3e-4 +0.66 +- 0.32 (2.1 s.e.), at 1e-3 +1.00 +- 0.35
+    but with a KL spike to 1.4 nats per token; ω = 0 (GRPO) at these settings +0.95 +- 0.34."""
+    actor_dir, _ = bc_actor
+    gigpo.main(
+        gigpo.Args(
+            output_dir=str(tmp_path),
+            actor=actor_dir,
+            bc_steps=0,
+            iterations=ITERS,
+            groups_per_iter=GROUPS,
+            lr=LR,
+            eval_every=0,
+            eval_episodes=600,
+            checkpoint_every=0,
+            device="cpu",
+            seed=1,
+        )
+    )
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["episodes"] == ITERS * GROUPS * 8
+    diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
+    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
