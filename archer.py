@@ -1660,7 +1660,7 @@ def apply_preset(args, given):
             changes.append(f"{name} {getattr(args, name)} -> {value}")
             setattr(args, name, value)
     lines = [f"recipe ({why}): the paper's Table 2 for --env {args.env}: " + ", ".join(changes)]
-    if "critic" not in given and args.critic == "tiny":
+    if "critic" not in given and getattr(args, "critic", None) == "tiny":
         args.critic, reason = pretrained_critic()
         lines.append(f"recipe: critic {args.critic} ({reason}; --critic NAME to choose)")
     return lines
