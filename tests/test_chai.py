@@ -356,3 +356,17 @@ def test_learning_reranking_beats_the_frozen_bc_actor(tmp_path, bc_actor):
     assert summary["eval_episodes"] == len(summary["actor_eval_returns"]) == 600
     diff, se = paired_difference(summary["eval_returns"], summary["actor_eval_returns"])
     assert diff > 2 * se, (bc_summary["eval_return"], summary["eval_return"], diff, se)
+
+
+def test_preset_paper_sets_the_chai_rows_of_table_2():
+    """--preset auto with a pretrained actor: Table 2's CHAI rows for the env (critic lr 6e-4, batch
+    256, 128 rollouts, 50 critic updates, γ, τ 0.1; WebShop 512 rollouts, γ 0.9), command-line
+    flags kept; the tiny actor keeps the defaults."""
+    args = chai.Args(actor="gpt2", env="webshop", critic="minilm", k=3)
+    lines = chai.apply_preset(args, chai.command_line_fields(["--critic", "minilm", "--k", "3"]))
+    assert (args.rollouts_per_iter, args.gamma, args.critic_updates_per_iter) == (512, 0.9, 50)
+    assert (args.batch_size, args.critic_lr, args.tau, args.bc_lr) == (256, 6e-4, 0.1, 2e-4)
+    assert (args.critic, args.k) == ("minilm", 3) and len(lines) == 1
+    assert chai.PAPER_RECIPE["detective"]["gamma"] == 0.98
+    tiny = chai.Args()
+    assert chai.apply_preset(tiny, set()) == [] and tiny == chai.Args()

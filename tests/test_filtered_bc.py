@@ -385,3 +385,19 @@ def test_new_envs_run_end_to_end(tmp_path, env):
         and summary["args"]["env"] == env
         and len(summary["eval_returns"]) == 4
     )
+
+
+def test_preset_paper_sets_the_filtered_bc_rows_of_table_2():
+    """--preset auto with a pretrained actor: Table 2's filtered-BC rows for the env (lr 3e-4 —
+    3e-5 on the full Twenty Questions — batch 256, 32 rollouts — 128 on WebShop — ρ 0.1, 10
+    updates) and the SFT lr 2e-4 as --offline-lr; command-line flags kept; no critic to choose;
+    the tiny actor keeps the defaults; an env without a column keeps them and says so."""
+    args = fbc.Args(actor="gpt2", env="twenty_questions", rho=0.2)
+    lines = fbc.apply_preset(args, fbc.command_line_fields(["--rho", "0.2"]))
+    assert (args.lr, args.offline_lr, args.batch_size, args.rho) == (3e-5, 2e-4, 256, 0.2)
+    assert (args.rollouts_per_iter, args.actor_updates_per_iter) == (32, 10) and len(lines) == 1
+    assert fbc.PAPER_RECIPE["webshop"]["rollouts_per_iter"] == 128
+    tiny = fbc.Args()
+    assert fbc.apply_preset(tiny, set()) == [] and tiny == fbc.Args()
+    other = fbc.Args(actor="gpt2", env="chess_endgame")
+    assert "defaults kept" in fbc.apply_preset(other, set())[0] and other.lr == 3e-4

@@ -515,3 +515,24 @@ def test_learning_return_holds_and_the_policy_moves_towards_higher_return(tmp_pa
         f"covariance {float(cov):.4f} ± {float(cov_se):.4f}"
     )
     assert cov > 2 * cov_se, (float(cov), float(cov_se))
+
+
+def test_preset_paper_sets_the_ppo_rows_of_table_2():
+    """--preset paper: Table 2's PPO rows (20Q: lr 6e-6, 2,048 rollouts, 10 epochs — 20 on the full
+    game; Guess My City: lr 6e-4, 1,024 rollouts, 4 epochs; batch 1,024, γ 0.95, λ 0.95, clip 0.2)
+    and the SFT rows for the BC warm start (lr 2e-4, batch 32); the paper gives no PPO values for
+    the other envs, so --preset paper refuses them."""
+    args = ppo.Args(preset="paper", env="guess_my_city", ppo_epochs=2)
+    ppo.apply_preset(args, ppo.command_line_fields(["--preset", "paper", "--ppo-epochs", "2"]))
+    assert (args.lr, args.rollouts_per_iter, args.ppo_epochs, args.batch_size) == (
+        6e-4,
+        1024,
+        2,
+        1024,
+    )
+    assert (args.bc_lr, args.bc_batch_size, args.critic) == (2e-4, 32, "actor")
+    full = ppo.Args(preset="paper", env="twenty_questions")
+    ppo.apply_preset(full, set())
+    assert (full.lr, full.rollouts_per_iter, full.ppo_epochs) == (6e-6, 2048, 20)
+    with pytest.raises(SystemExit, match="no hyperparameters for --env webshop"):
+        ppo.apply_preset(ppo.Args(preset="paper", env="webshop"), set())
