@@ -53,52 +53,6 @@ RESUMABLE = (  # flags a resumed run may change (restore_args); every other one 
     "torch_threads",
 )
 
-# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters,
-# App. F Table 2, the "ArCHer" rows of each env's column ("polyak alpha 0.9" is tau 0.1; the SFT
-# row's actor lr 2e-4 is --bc-lr; the table has no other envs). Not from the table: the BC warm
-# start uses --batch-size (the table's SFT batch is 32); --baseline-lr stays 6e-4 (the table gives
-# only the baseline's updates per iteration, 60).
-PAPER_RECIPE = {
-    env: {
-        "bc_lr": 2e-4,
-        "critic_lr": 6e-4,
-        "batch_size": 256,
-        "buffer_size": 10000,
-        "critic_updates_per_iter": 50,
-        "actor_updates_per_iter": 3,
-        "tau": 0.1,
-        **column,
-    }
-    for env, column in {
-        "detective": {
-            "actor_lr": 3e-4,
-            "rollouts_per_iter": 128,
-            "gamma": 0.98,
-            "warmup_iters": 10,
-        },
-        "twenty_questions_subset": {
-            "actor_lr": 3e-4,
-            "rollouts_per_iter": 128,
-            "gamma": 0.95,
-            "warmup_iters": 10,
-        },
-        "twenty_questions": {
-            "actor_lr": 3e-5,
-            "rollouts_per_iter": 128,
-            "gamma": 0.95,
-            "warmup_iters": 20,
-        },
-        "guess_my_city": {
-            "actor_lr": 3e-4,
-            "rollouts_per_iter": 128,
-            "gamma": 0.95,
-            "warmup_iters": 10,
-            "baseline_updates_per_iter": 60,
-        },
-        "webshop": {"actor_lr": 3e-4, "rollouts_per_iter": 512, "gamma": 0.9, "warmup_iters": 20},
-    }.items()
-}
-
 
 @dataclass
 class Args:
@@ -157,11 +111,8 @@ class Args:
     lora_target_modules: Optional[list[str]] = None
     """modules LoRA adapts (default: peft's choice for the architecture)"""
     preset: Literal["auto", "tiny", "paper"] = "auto"
-    """hyperparameter recipe: 'tiny' = the defaults below (tuned for the 1M-parameter tiny actor on
-    a CPU); 'paper' = the paper's Table 2 values for --env (PAPER_RECIPE) and a pretrained critic
-    (roberta-base where it can be loaded, else minilm); 'auto' = 'paper' for a pretrained actor,
-    'tiny' for a tiny one (under 10M parameters). Flags on the command line always win; the run's
-    first lines say what the recipe changed"""
+    """'paper': Table 2's values for --env (PAPER_RECIPE) and a pretrained critic; 'tiny': these
+    defaults; 'auto': paper for a pretrained actor. Named flags win (docs/archer.md)"""
     dtype: str = "float32"
     """float32, bfloat16 or float16 (actor, critic encoder, baseline trunk)"""
     gradient_checkpointing: bool = False
@@ -1592,6 +1543,53 @@ def finish_run(run_dir: str, writer, args, summary: dict):
         import wandb
 
         wandb.finish()
+
+
+# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters,
+# App. F Table 2, the "ArCHer" rows of each env's column ("polyak alpha 0.9" is tau 0.1; the SFT
+# row's actor lr 2e-4 is --bc-lr; the table has no other envs). Not from the table: the BC warm
+# start uses --batch-size (the table's SFT batch is 32); --baseline-lr stays 6e-4 (the table gives
+# only the baseline's updates per iteration, 60).
+PAPER_RECIPE = {
+    env: {
+        "bc_lr": 2e-4,
+        "critic_lr": 6e-4,
+        "batch_size": 256,
+        "buffer_size": 10000,
+        "critic_updates_per_iter": 50,
+        "actor_updates_per_iter": 3,
+        "tau": 0.1,
+        **column,
+    }
+    for env, column in {
+        "detective": {
+            "actor_lr": 3e-4,
+            "rollouts_per_iter": 128,
+            "gamma": 0.98,
+            "warmup_iters": 10,
+        },
+        "twenty_questions_subset": {
+            "actor_lr": 3e-4,
+            "rollouts_per_iter": 128,
+            "gamma": 0.95,
+            "warmup_iters": 10,
+        },
+        "twenty_questions": {
+            "actor_lr": 3e-5,
+            "rollouts_per_iter": 128,
+            "gamma": 0.95,
+            "warmup_iters": 20,
+        },
+        "guess_my_city": {
+            "actor_lr": 3e-4,
+            "rollouts_per_iter": 128,
+            "gamma": 0.95,
+            "warmup_iters": 10,
+            "baseline_updates_per_iter": 60,
+        },
+        "webshop": {"actor_lr": 3e-4, "rollouts_per_iter": 512, "gamma": 0.9, "warmup_iters": 20},
+    }.items()
+}
 
 
 def command_line_fields(argv):

@@ -54,31 +54,6 @@ RESUMABLE = (  # flags a resumed run may change (restore_args); every other one 
     "torch_threads",
 )
 
-# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters
-# for CHAI, App. F Table 2, the "CHAI" rows of each env's column ("polyak alpha 0.9" is tau 0.1;
-# the SFT row's actor lr 2e-4 is --bc-lr; the table has no other envs; its CHAI actor lr does not
-# apply: the actor is frozen). Not from the table: the BC warm start uses --batch-size (the
-# table's SFT batch is 32), and k stays 5.
-PAPER_RECIPE = {
-    env: {
-        "bc_lr": 2e-4,
-        "critic_lr": 6e-4,
-        "batch_size": 256,
-        "buffer_size": 10000,
-        "critic_updates_per_iter": 50,
-        "tau": 0.1,
-        "rollouts_per_iter": 512 if env == "webshop" else 128,
-        "gamma": gamma,
-    }
-    for env, gamma in {
-        "detective": 0.98,
-        "twenty_questions_subset": 0.95,
-        "twenty_questions": 0.95,
-        "guess_my_city": 0.95,
-        "webshop": 0.9,
-    }.items()
-}
-
 
 @dataclass
 class Args:
@@ -1488,6 +1463,32 @@ def finish_run(run_dir: str, writer, args, summary: dict):
         import wandb
 
         wandb.finish()
+
+
+# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters
+# for CHAI, App. F Table 2, the "CHAI" rows of each env's column ("polyak alpha 0.9" is tau 0.1;
+# the SFT row's actor lr 2e-4 is --bc-lr; the table has no other envs; its CHAI actor lr does not
+# apply: the actor is frozen). Not from the table: the BC warm start uses --batch-size (the
+# table's SFT batch is 32), and k stays 5.
+PAPER_RECIPE = {
+    env: {
+        "bc_lr": 2e-4,
+        "critic_lr": 6e-4,
+        "batch_size": 256,
+        "buffer_size": 10000,
+        "critic_updates_per_iter": 50,
+        "tau": 0.1,
+        "rollouts_per_iter": 512 if env == "webshop" else 128,
+        "gamma": gamma,
+    }
+    for env, gamma in {
+        "detective": 0.98,
+        "twenty_questions_subset": 0.95,
+        "twenty_questions": 0.95,
+        "guess_my_city": 0.95,
+        "webshop": 0.9,
+    }.items()
+}
 
 
 def command_line_fields(argv):

@@ -53,29 +53,6 @@ RESUMABLE = (  # flags a resumed run may change (restore_args); every other one 
     "torch_threads",
 )
 
-# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters
-# for filtered BC, App. F Table 2, the "Filtered BC" rows of each env's column, and the SFT row's
-# actor lr 2e-4 as --offline-lr (the table has no other envs). Not from the table: the offline
-# phase uses --batch-size (the table's SFT batch is 32).
-PAPER_RECIPE = {
-    env: {
-        "offline_lr": 2e-4,
-        "lr": 3e-5 if env == "twenty_questions" else 3e-4,
-        "batch_size": 256,
-        "rollouts_per_iter": 128 if env == "webshop" else 32,
-        "buffer_size": 10000,
-        "rho": 0.1,
-        "actor_updates_per_iter": 10,
-    }
-    for env in (
-        "detective",
-        "twenty_questions_subset",
-        "twenty_questions",
-        "guess_my_city",
-        "webshop",
-    )
-}
-
 
 @dataclass
 class Args:
@@ -1139,6 +1116,30 @@ def finish_run(run_dir: str, writer, args, summary: dict):
         import wandb
 
         wandb.finish()
+
+
+# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters
+# for filtered BC, App. F Table 2, the "Filtered BC" rows of each env's column, and the SFT row's
+# actor lr 2e-4 as --offline-lr (the table has no other envs). Not from the table: the offline
+# phase uses --batch-size (the table's SFT batch is 32).
+PAPER_RECIPE = {
+    env: {
+        "offline_lr": 2e-4,
+        "lr": 3e-5 if env == "twenty_questions" else 3e-4,
+        "batch_size": 256,
+        "rollouts_per_iter": 128 if env == "webshop" else 32,
+        "buffer_size": 10000,
+        "rho": 0.1,
+        "actor_updates_per_iter": 10,
+    }
+    for env in (
+        "detective",
+        "twenty_questions_subset",
+        "twenty_questions",
+        "guess_my_city",
+        "webshop",
+    )
+}
 
 
 def command_line_fields(argv):

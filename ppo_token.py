@@ -54,27 +54,6 @@ RESUMABLE = (  # flags a resumed run may change (restore_args); every other one 
     "torch_threads",
 )
 
-# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters
-# for token-level PPO, App. F Table 2, the "PPO" rows (the table gives them for the two Twenty
-# Questions games and Guess My City only), and the SFT rows (lr 2e-4, batch 32) as the BC warm
-# start's. Not from the table: --value-lr, the KL coefficient and the value clip keep their values.
-PAPER_RECIPE = {
-    env: {
-        "bc_lr": 2e-4,
-        "bc_batch_size": 32,
-        "batch_size": 1024,
-        "gamma": 0.95,
-        "gae_lambda": 0.95,
-        "clip_coef": 0.2,
-        **column,
-    }
-    for env, column in {
-        "twenty_questions_subset": {"lr": 6e-6, "rollouts_per_iter": 2048, "ppo_epochs": 10},
-        "twenty_questions": {"lr": 6e-6, "rollouts_per_iter": 2048, "ppo_epochs": 20},
-        "guess_my_city": {"lr": 6e-4, "rollouts_per_iter": 1024, "ppo_epochs": 4},
-    }.items()
-}
-
 
 @dataclass
 class Args:
@@ -1454,6 +1433,28 @@ def finish_run(run_dir: str, writer, args, summary: dict):
         import wandb
 
         wandb.finish()
+
+
+# --preset paper (and --preset auto with a pretrained actor): the ArCHer paper's hyperparameters
+# for token-level PPO, App. F Table 2, the "PPO" rows (the table gives them for the two Twenty
+# Questions games and Guess My City only), and the SFT rows (lr 2e-4, batch 32) as the BC warm
+# start's. Not from the table: --value-lr, the KL coefficient and the value clip keep their values.
+PAPER_RECIPE = {
+    env: {
+        "bc_lr": 2e-4,
+        "bc_batch_size": 32,
+        "batch_size": 1024,
+        "gamma": 0.95,
+        "gae_lambda": 0.95,
+        "clip_coef": 0.2,
+        **column,
+    }
+    for env, column in {
+        "twenty_questions_subset": {"lr": 6e-6, "rollouts_per_iter": 2048, "ppo_epochs": 10},
+        "twenty_questions": {"lr": 6e-6, "rollouts_per_iter": 2048, "ppo_epochs": 20},
+        "guess_my_city": {"lr": 6e-4, "rollouts_per_iter": 1024, "ppo_epochs": 4},
+    }.items()
+}
 
 
 def command_line_fields(argv):
