@@ -42,16 +42,16 @@ TIMING = {  # method -> (script, flags)
 }
 
 
-def measure_rollouts(model_name, env, n, repeats=3, max_turns=20):
-    """`repeats` batches of n episodes through run_episodes, then their generate calls replayed
-    bare."""
+def measure_rollouts(model_name, env, n, repeats=3, max_turns=20, device="cpu"):
+    """`repeats` batches of n episodes through run_episodes on `device`, then their generate calls
+    replayed bare."""
     import torch
 
     import filtered_bc as fbc
 
     torch.manual_seed(0)
     model, tok = fbc.load_actor(model_name, env)
-    model.eval()
+    model.to(device).eval()
     args = fbc.Args(env=env, max_turns=max_turns)
     calls, inner = [], [0.0]
     generate = model.generate

@@ -1,4 +1,5 @@
-"""benchmark/report.py on a tiny fake set of runs (the benchmark itself never runs in CI)."""
+"""benchmark/report.py on a tiny fake set of runs, and benchmark/gpu_check.sh dry-run on the CPU
+(the benchmarks themselves never run in CI)."""
 
 import csv
 import json
@@ -367,3 +368,31 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
     assert rows["Q-SFT's π_φ (β = 0)"]["greedy return"] == "n/a"
     assert "wordle_small (3000 steps per policy)" in (res / "results.md").read_text()
     assert (res / "qsft3000_wordle_small_curves.png").exists()  # Q-SFT's training curves
+
+
+def test_gpu_check_dry_run_on_the_cpu_prints_its_table(tmp_path):
+    """benchmark/gpu_check.sh with DEVICE=cpu and one row (filtered_bc.py, two iterations, made
+    cheap with EXTRA: 4 rollouts of at most 4 turns per iteration): the run ends, and the table
+    names the device and gives the row's status, seconds per iteration and rollout tokens/s (from
+    the run's summary.json)."""
+    out = tmp_path / "gpu_check"
+    env = {
+        **os.environ,
+        **{"DEVICE": "cpu", "OUT": str(out), "PYTHON": sys.executable, "LIMIT": "300"},
+        "EXTRA": "--rollouts-per-iter 4 --max-turns 4",
+    }
+    res = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmark", "gpu_check.sh"), "filtered_bc"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    table = (out / "table.md").read_text()
+    assert "gpu_check on CPU (" in table and table in res.stdout
+    row = [ln for ln in table.splitlines() if ln.startswith("| filtered_bc |")]
+    assert len(row) == 1, table
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert cells[1] == "ok" and float(cells[3]) > 0 and float(cells[4]) > 0, row
+    assert "rollouts" not in table  # only the rows asked for
