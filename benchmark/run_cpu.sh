@@ -22,4 +22,4 @@ python benchmark/offline_qsft.py --games wordle_small --steps 3000 --out runs/be
     --extra "--torch-threads 1"
 python benchmark/throughput.py         # rollout path vs bare generate; seconds per iteration per algorithm
 python benchmark/report.py             # -> benchmark/results/{results.md,online*_curves.png,*.csv,*.md}
-python -m pytest -q -m slow            # the slow test tier: the long learning runs (README, "Tests")
+python -m pytest -q -m slow -n 0      # the slow test tier: the long learning runs, one process (README, "Tests")

@@ -618,7 +618,12 @@ def test_learning_archer_keeps_improving_and_drops_useless_questions(tmp_path, b
     scripted states, falls by a fifth or more. Measured (pinned requirements, 2 torch threads): BC
     -11.90, then -11.23 / -9.55 / -9.08 at 256 / 512 / 768 episodes and -8.86 at 1,024 (the best:
     margin 1.2 to the bound), paired gain +3.04 +- 0.60 (5.0 s.e.); useless-question probability
-    0.241 -> 0.073. ~25 minutes alone on 2 cores (36 with another run beside it)."""
+    0.241 -> 0.073. ~25 minutes alone on 2 cores (36 with another run beside it). Re-measured
+    2026-11-27 after issue 38's up-front fresh samples (`-n 0`: one process, 2 threads; BC actor
+    -11.33): -11.10 / -10.14 / -9.38 at 256 / 512 / 768, -8.75 at 1,024, +2.58 +- 0.60 (4.3 s.e.);
+    18 minutes plus 4 for the BC fixture. With one thread per pytest-xdist worker (`-n 2`) the
+    same test ended at -10.61 from -11.76 (another BC actor) and failed: run the slow tier with
+    `-n 0`."""
     actor_dir, _ = bc_actor
     archer.main(
         archer.Args(
