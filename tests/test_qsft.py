@@ -416,8 +416,9 @@ def test_learning_qsft_beats_its_sft_policy_and_p_theta_learns_the_reward(bc_act
 
     Measured (seed 1, one torch thread, the BC actor as the fast tier's two workers train it):
     280 steps (2026-11-27, beside another one-thread run, 2.7 minutes): π_φ −11.76, π̂ −9.05 (+2.71
-    ± 0.52, 5.2 s.e.), probe 0.61 after wins vs 0.18 after losses (10.5 s.e.); 400 steps: π_φ −11.76, π̂ −8.94 (+2.82 ± 0.51, 5.5 s.e.), probe 0.64 after wins vs 0.07 after
-    losses (20 s.e.), 3.5 minutes; 800 steps: +2.12 ± 0.50, 6.4 minutes; 200 steps: +2.77 ± 0.52
+    ± 0.52, 5.2 s.e.), probe 0.61 after wins vs 0.18 after losses (10.5 s.e.); 400 steps: π_φ
+    −11.76, π̂ −8.94 (+2.82 ± 0.51, 5.5 s.e.), probe 0.64 after wins vs 0.07 after losses (20
+    s.e.), 3.5 minutes; 800 steps: +2.12 ± 0.50, 6.4 minutes; 200 steps: +2.77 ± 0.52
     but the probe 0.68 vs 0.65 (1.1 s.e.: p_θ has not learnt the reward yet). Earlier, 800 steps
     from the two-thread BC actor: π_φ −11.35, π̂ with β = 10 −10.05 (+1.30 ± 0.49), with β = 30
     −9.23 (+2.11 ± 0.50); the probe: see docs/qsft.md, Results."""

@@ -62,7 +62,7 @@ def test_algorithm_first_anatomy():
 def test_every_script_has_a_fast_learning_test():
     """The fast tier (the README's test command, CI) proves that every algorithm learns: each
     top-level script has, in tests/test_<script>.py, a `test_learning_*` test that is not marked
-    `slow` (the slow tier, `python -m pytest -m slow`, holds the long runs)."""
+    `slow` (the slow tier, `python -m pytest -m slow -n 0`, holds the long runs)."""
     import ast
 
     missing = []
