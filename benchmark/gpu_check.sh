@@ -19,7 +19,7 @@ OUT="${OUT:-runs/gpu_check}"
 LIMIT="${LIMIT:-150}"
 PY="${PYTHON:-python}"
 EXTRA="${EXTRA:-}"
-rm -rf "$OUT" && mkdir -p "$OUT"
+mkdir -p "$OUT" && rm -f "$OUT/status.txt"  # only our own files are replaced, never $OUT itself
 common=(--device "$DEVICE" --iterations 2 --eval-every 0 --eval-episodes 8 --checkpoint-every 0 --seed 1)
 rows=(
     "archer|archer.py --bc-steps 20 --warmup-iters 0"
@@ -38,7 +38,7 @@ for row in "${rows[@]}"; do
     name="${row%%|*}" && cmd="${row#*|}"
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
     echo "[gpu_check] $name: $PY $cmd ${common[*]} $EXTRA"
-    start=$SECONDS
+    start=$SECONDS && rm -rf "${OUT:?}/$name"
     # shellcheck disable=SC2086  # $cmd and $EXTRA are lists of words
     timeout "$LIMIT" "$PY" $cmd "${common[@]}" $EXTRA --output-dir "$OUT/$name" >"$OUT/$name.log" 2>&1
     echo "$name $? $((SECONDS - start))" >>"$OUT/status.txt"
@@ -55,7 +55,7 @@ lines = [f"# gpu_check on {name} ({device}), {time.strftime('%Y-%m-%d %H:%M UTC'
          "| run | status | wall s | s/iteration | rollout tokens/s |", "|---|---|---|---|---|"]
 status = [ln.split() for ln in open(os.path.join(out, "status.txt"))] if os.path.exists(os.path.join(out, "status.txt")) else []
 for run, rc, wall in status:
-    found = glob.glob(os.path.join(out, run, "*", "summary.json"))
+    found = sorted(glob.glob(os.path.join(out, run, "*", "summary.json")), key=os.path.getmtime)[-1:]
     hist = json.load(open(found[0]))["history"] if found else []
     per_it = [h["charts/iteration_time_s"] for h in hist if "charts/iteration_time_s" in h]
     tok = [h["charts/tokens_per_second"] for h in hist if "charts/tokens_per_second" in h]
