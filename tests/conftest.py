@@ -108,9 +108,12 @@ def pytest_collection_modifyitems(config, items):
     each given the next test when it is free): the learning tests first, so no long test is left to
     end the run on one worker while the other idles. The first two are tests of the shared BC actor
     (the first trains it), the next three do not need it: the other worker runs them while the
-    actor trains, and then the remaining learning tests. The rest keeps the collection's order."""
+    actor trains, then test_run_safety.py (~3.5 min of short tests: without them the other worker
+    sat ~70 s waiting for the actor), and then the remaining learning tests. The rest keeps the
+    collection's order."""
     learning = [it for it in items if it.name.startswith("test_learning")]
     needs_bc = [it for it in learning if "bc_actor" in getattr(it, "fixturenames", ())]
     others = [it for it in learning if it not in needs_bc]
-    head = needs_bc[:2] + others[:3] + needs_bc[2:] + others[3:]
+    filler = [it for it in items if it.path.name == "test_run_safety.py" and it not in learning]
+    head = needs_bc[:2] + others[:3] + filler + needs_bc[2:] + others[3:]
     items[:] = head + [it for it in items if it not in head]
