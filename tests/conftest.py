@@ -74,6 +74,19 @@ def _one_torch_thread_per_xdist_worker():
         torch.set_num_threads(1)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for this test, restored afterwards (the slow tier runs in one process): for
+    a learning test whose margin depends on the numerics, which differ with the thread count (and
+    with it between machines with other core counts)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def bc_actor(tmp_path_factory):
     """The SFT start the learning tests share: plain BC (train_bc_actor), 800 steps on 2,000

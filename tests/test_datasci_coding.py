@@ -93,9 +93,9 @@ def test_bwrap_cpu_and_file_size_limits():
 def test_bwrap_fork_bomb_is_refused_and_leaves_no_process(box):
     obs, reward, term, info, seconds = attempt(box, FORK_BOMB)
     assert_failed(obs, reward, term, info, "os.fork()", "Operation not permitted")
-    # step() has already waited for bwrap, so nothing of this env's sandbox may remain. Only this env's:
-    # its bwrap command line names its own run directory, and under pytest-xdist other workers start
-    # bwrap sandboxes of their own at the same time (CI once counted two of theirs here).
+    # step() has already waited for bwrap, so nothing of this env's sandbox may remain. Only this
+    # env's: its bwrap command line names its own run directory, and under pytest-xdist other
+    # workers start bwrap sandboxes of their own at the same time (CI once counted two of theirs).
     ours = [p for p in os.listdir("/proc") if p.isdigit() and box.runner.root in _cmdline(p)]
     assert [p for p in ours if _cmdline(p).startswith(dc._bwrap_path())] == []
 

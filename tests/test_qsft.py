@@ -469,22 +469,22 @@ def terminal_ratios(env, lik, beh, tok, episodes=300):
 
 
 @pytest.mark.slow
-def test_learning_qsft_on_wordle_moves_the_greedy_policy_and_p_theta_learns_the_reward(tmp_path):
+def test_learning_qsft_on_wordle_p_theta_learns_the_reward(tmp_path, one_torch_thread):
     """The 20-secret Wordle (`wordle_small`; the 400-word game is beyond a tiny model trained from
     scratch, docs/qsft.md): π_φ = 3,000 Eq. (2) steps of batch 32 on 2,000 scripted episodes (800
-    leave it at random guessing), then the default 800 Eq. (3) steps, β = 30 as in the 20Q test.
-    Sampled, π̂ gains no more than sharpening π_φ does (one thread: +0.26 ± 0.15, the control
-    π_φ·exp(β π_φ) +0.42), so the evaluated return compared is the greedy one, where sharpening
-    alone changes nothing (π_φ·exp(β π_φ) has π_φ's argmax): (1) greedy π̂ beats greedy π_φ on the
-    same 200 episodes — judged over the 20 secrets, since a greedy game is fixed by its secret — by
-    more than one s.e., and on more secrets than it loses; (2) at the terminal token p_θ/π_φ is
-    higher after wins than after losses (> 2 s.e., Welch): p_θ learnt the reward.
+    leave it at random guessing), then the default 800 Eq. (3) steps, β = 30 as in the 20Q test, one
+    torch thread (the numerics then do not depend on the machine's core count). At the terminal
+    token, where Eq. (3)'s target is the mapped reward itself, p_θ/π_φ of the data token is higher
+    after wins than after losses (> 2 s.e., Welch): p_θ learnt the reward.
 
-    Measured (seed 1): with torch's default 2 threads (as CI runs it) greedy π_φ −4.00 → π̂ −3.20,
-    +0.80 ± 0.36 over the secrets (better on 9, worse on 2), probe 0.37 after wins vs 0.11 after
-    losses (24 s.e.); with one thread (other numerics) −4.20 → −2.65, +1.55 ± 0.60 (10 vs 4), probe
-    19 s.e. The greedy gain is 2.2-2.6 s.e., too close to 2 for a test, hence one s.e. 6.4 minutes
-    in a clean-clone CI run (3,000 Eq. (2) steps: 4.1 of them); 29 beside two other runs."""
+    What this test no longer asserts: that greedy π̂ beats greedy π_φ over the 20 secrets. That
+    gain does not survive a change of numerics at this scale. Measured over the secrets (seed 1):
+    +0.80 ± 0.36 and +1.55 ± 0.60 (2 and 1 threads, an earlier commit); at 65be4e8 +0.30 ± 0.44
+    (2 threads: −3.55 → −3.25) and −0.20 ± 0.57 (1 thread: −4.05 → −4.25, better on 4 secrets,
+    worse on 7). π_φ itself is unchanged between 39c7e12 and 65be4e8 at 1 thread (same weights
+    after 3,000 steps, same greedy −4.05), so no code change caused it: the greedy gain on Wordle
+    was never robust (docs/qsft.md: the Table 1 runs moved π_φ's argmax on seed 2, not on seed 1).
+    The 20Q fast test carries the policy-improvement claim."""
     qsft.main(
         qsft.Args(
             env="wordle_small",
@@ -497,19 +497,12 @@ def test_learning_qsft_on_wordle_moves_the_greedy_policy_and_p_theta_learns_the_
             save_model=True,
             device="cpu",
             seed=1,
+            torch_threads=1,
         )
     )
     d = run_dir(tmp_path)
-    args = qsft.Args(env="wordle_small", device="cpu")
     beh, tok = qsft.load_actor(str(d / "behavior"), "wordle_small")
     lik, _ = qsft.load_actor(str(d / "likelihood"), "wordle_small")
-    before = qsft.evaluate(beh, tok, args, greedy=True)["returns"]
-    after = qsft.evaluate(qsft.QSFTPolicy(beh, lik, 30.0), tok, args, greedy=True)["returns"]
-    per_secret = (np.array(after) - np.array(before)).reshape(-1, 20).mean(0)  # secrets cycle
-    gain, se = per_secret.mean(), per_secret.std(ddof=1) / np.sqrt(20)
-    better, worse = int((per_secret > 0).sum()), int((per_secret < 0).sum())
-    assert gain > se and better > worse, (np.mean(before), np.mean(after), gain, se, better, worse)
-
     wins, losses = terminal_ratios("wordle_small", lik, beh, tok)
     gap = wins.mean() - losses.mean()
     gap_se = (wins.var(ddof=1) / len(wins) + losses.var(ddof=1) / len(losses)) ** 0.5
