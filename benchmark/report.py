@@ -379,6 +379,13 @@ def offline_report(offline, results):
     return write_table(rows, list(rows[0]), os.path.join(results, "offline"))
 
 
+def policy_steps(args):
+    """The policy's gradient steps in an offline_qsft.py run: Q-SFT's --bc-steps (π_φ), filtered
+    BC's --offline-steps, else iterations × updates per iteration (ILQL; ArCHer offline's actor)."""
+    per = args.get("updates_per_iter") or args.get("actor_updates_per_iter") or 0
+    return args.get("bc_steps") or args.get("offline_steps") or (args.get("iterations") or 0) * per
+
+
 def qsft_report(game, runs, results, name="qsft"):
     """One game of the Q-SFT Table 1 in miniature: each method's sampled return (mean ± s.e. over
     seeds), success, and the paper's number where it has one. Q-SFT's own π_φ (its SFT start, on
@@ -551,7 +558,7 @@ def main():
             runs = load_group(os.path.join(a.runs, name, game))
             if runs:
                 args = [r["summary"]["args"] for v in runs.values() for r in v]
-                steps = max(x.get("bc_steps") or x.get("offline_steps") or 0 for x in args)
+                steps = max(policy_steps(x) for x in args)
                 parts.append(
                     f"## Offline, Q-SFT Table 1 in miniature: {game} ({steps} steps per policy)"
                     "\n\n" + qsft_report(game, runs, a.results, name)

@@ -370,6 +370,34 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
     assert (res / "qsft3000_wordle_small_curves.png").exists()  # Q-SFT's training curves
 
 
+def test_qsft_report_ilql_alone_gives_its_pi_beta_row_and_its_steps(tmp_path):
+    """An ILQL-only group (`offline_qsft.py --methods ilql --out runs/benchmark/qsft_ilql`): the
+    ILQL row, ILQL's π_β row from the same runs, and the title's steps = iterations × updates
+    per iteration (ILQL has no --bc-steps)."""
+    root = tmp_path / "runs"
+    for seed, (end, beta_ret) in enumerate([(-10.0, -14.0), (-11.0, -15.0)], 1):
+        extra = {
+            "args": {"iterations": 20, "updates_per_iter": 40},
+            "behavior_eval": {"return": beta_ret, "success_rate": 0.5},
+            "behavior_eval_greedy": {"return": -20.0},
+        }
+        fake_run(str(root), "qsft_ilql/twenty_questions_subset", "ilql", seed, [end], (0,), extra)
+    res = tmp_path / "results"
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmark", "report.py"), "--runs", str(root),
+         "--results", str(res)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {
+        r["method"]: r for r in csv.DictReader(open(res / "qsft_ilql_twenty_questions_subset.csv"))
+    }
+    assert rows["ILQL"]["return (± s.e.)"] == "-10.50 ± 0.50"
+    assert rows["ILQL's π_β (β = 0)"]["return (± s.e.)"] == "-14.50 ± 0.50"
+    assert rows["ILQL"]["paper (Table 1)"] == "-14.2"
+    assert "twenty_questions_subset (800 steps per policy)" in (res / "results.md").read_text()
+
+
 def test_gpu_check_dry_run_on_the_cpu_prints_its_table(tmp_path):
     """benchmark/gpu_check.sh with DEVICE=cpu and one row (filtered_bc.py, two iterations, made
     cheap with EXTRA: 4 rollouts of at most 4 turns per iteration): the run ends, and the table
