@@ -120,10 +120,10 @@ def pytest_collection_modifyitems(config, items):
     """The order of the run, for the README's `-n 2 --maxschedchunk 1` (two pytest-xdist workers,
     each given the next test when it is free): the learning tests first, so no long test is left to
     end the run on one worker while the other idles. The first two are tests of the shared BC actor
-    (the first trains it), the next three do not need it: the other worker runs them while the
-    actor trains, then test_run_safety.py (~3.5 min of short tests: without them the other worker
-    sat ~70 s waiting for the actor), and then the remaining learning tests. The rest keeps the
-    collection's order."""
+    (the first trains it), then up to three that do not need it (today only ilql's): the other
+    worker runs them while the actor trains, then test_run_safety.py (~3.5 min of short tests, so
+    that worker does not sit waiting for the actor), and then the remaining learning tests. The
+    rest keeps the collection's order."""
     learning = [it for it in items if it.name.startswith("test_learning")]
     needs_bc = [it for it in learning if "bc_actor" in getattr(it, "fixturenames", ())]
     others = [it for it in learning if it not in needs_bc]
