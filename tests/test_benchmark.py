@@ -23,6 +23,13 @@ FAKE = {
 }
 
 
+def run_report(runs, results):
+    """benchmark/report.py --runs RUNS --results RESULTS, as a user runs it (output captured)."""
+    report_py = os.path.join(ROOT, "benchmark", "report.py")
+    cmd = [sys.executable, report_py, "--runs", str(runs), "--results", str(results)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+
+
 def fake_run(
     root, group, name, seed, returns, steps=(0, 64, 128), summary_extra=None, actor_eval=None
 ):
@@ -117,19 +124,7 @@ def test_threshold_and_episodes_to_it_by_hand(fake_runs):
 
 def test_report_writes_tables_and_plot(fake_runs, tmp_path):
     res = tmp_path / "results"
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmark", "report.py"),
-            "--runs",
-            fake_runs,
-            "--results",
-            str(res),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    out = run_report(fake_runs, res)
     assert out.returncode == 0, out.stderr
     rows = {r["method"]: r for r in csv.DictReader(open(res / "online.csv"))}
     # mean ± s.e. over seeds; the change is paired (final − start on the same episodes): ArCHer
@@ -349,11 +344,7 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
         }
         fake_run(str(root), "qsft3000/wordle_small", "qsft", seed, [end], (0,), extra)
     res = tmp_path / "results"
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmark", "report.py"), "--runs", str(root),
-         "--results", str(res)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    out = run_report(root, res)
     assert out.returncode == 0, out.stderr
     rows = {r["method"]: r for r in csv.DictReader(open(res / "qsft3000_wordle_small.csv"))}
     # SFT -4.5, -4.3 -> -4.40 ± 0.10; Q-SFT -3.8, -4.2 -> -4.00 ± 0.20; its π_φ -4.4, -4.6 -> -4.50
@@ -383,11 +374,7 @@ def test_qsft_report_ilql_alone_gives_its_pi_beta_row_and_its_steps(tmp_path):
         }
         fake_run(str(root), "qsft_ilql/twenty_questions_subset", "ilql", seed, [end], (0,), extra)
     res = tmp_path / "results"
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmark", "report.py"), "--runs", str(root),
-         "--results", str(res)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    out = run_report(root, res)
     assert out.returncode == 0, out.stderr
     rows = {
         r["method"]: r for r in csv.DictReader(open(res / "qsft_ilql_twenty_questions_subset.csv"))
