@@ -55,3 +55,50 @@ def test_scripts_import_nothing_from_each_other():
             assert not set(names) & modules, (
                 f"{os.path.basename(path)} imports another top-level script: {names}"
             )
+
+
+def test_gelu_new_in_place_is_the_library_activation_bit_for_bit():
+    """Every load_actor swaps GPT-2's activation (transformers' NewGELUActivation) for
+    gelu_new_in_place: outputs equal bit for bit without a gradient (in place) and with one (the
+    library's expression), gradients too, in float32 and bfloat16; and a loaded actor's logits and
+    sampled ids are the unpatched model's."""
+    import sys
+
+    import torch
+    from transformers.activations import NewGELUActivation
+
+    sys.path.insert(0, ROOT)
+    import archer
+
+    lib = NewGELUActivation()
+    for dtype in (torch.float32, torch.bfloat16):
+        for shape in ((3, 7, 512), (64, 1, 128), (5,)):
+            x = (torch.randn(shape) * 4).to(dtype)
+            with torch.no_grad():
+                assert torch.equal(archer.gelu_new_in_place(x), lib(x))
+            a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+            ya, yb = archer.gelu_new_in_place(a), lib(b)
+            assert torch.equal(ya, yb)
+            (ya * torch.arange(ya.numel()).reshape(ya.shape)).sum().backward()
+            (yb * torch.arange(yb.numel()).reshape(yb.shape)).sum().backward()
+            assert torch.equal(a.grad, b.grad)
+    for path in SCRIPTS:  # every script's load_actor installs it
+        src = open(path, encoding="utf-8").read()
+        if "\ndef load_actor(" in src:
+            assert "m.forward = gelu_new_in_place" in src, os.path.basename(path)
+
+    torch.manual_seed(0)
+    model, tok = archer.load_actor("tiny", "twenty_questions_subset")
+    acts = [m for m in model.modules() if type(m).__name__ == "NewGELUActivation"]
+    assert acts and all(m.forward is archer.gelu_new_in_place for m in acts)
+    ids = torch.tensor([tok("Is it an animal?\n")["input_ids"]] * 2)
+    with torch.no_grad():
+        fast = model(ids).logits
+        torch.manual_seed(1)
+        fast_ids = model.generate(ids, do_sample=True, max_new_tokens=12, pad_token_id=0)
+        for m in acts:
+            del m.forward  # back to the class's forward
+        assert all(m.forward.__func__ is NewGELUActivation.forward for m in acts)
+        torch.manual_seed(1)
+        slow_ids = model.generate(ids, do_sample=True, max_new_tokens=12, pad_token_id=0)
+        assert torch.equal(model(ids).logits, fast) and torch.equal(fast_ids, slow_ids)
