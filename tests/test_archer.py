@@ -574,15 +574,20 @@ def test_learning_archer_short_run_raises_the_return(tmp_path, bc_actor):
     whose critic warm-up is 2 iterations (100 critic steps on the buffer the BC data starts, which
     already ranks uninformative questions low: CHAI gains from 100 such steps) and then 8 actor
     iterations at actor lr 1.5e-4 (the default before 2026-11-25, which rises faster and collapses
-    only past ~500 episodes; docs/archer.md), 160 episodes in all. The evaluated return rises
-    beyond 2 s.e. of the paired difference on 600 fixed episodes (600 rather than 200 shrink the
-    paired s.e. from ~0.6 to ~0.35; evaluating the tiny actor costs seconds).
+    only past ~500 episodes; docs/archer.md), 160 episodes in all, replay batches of 32 (the
+    default 64 doubles the cost of a critic step). The evaluated return rises beyond 2 s.e. of the
+    paired difference on 600 fixed episodes (600 rather than 200 shrink the paired s.e. from ~0.6
+    to ~0.35; evaluating the tiny actor costs seconds).
 
-    Measured (seed 1, one torch thread, before the up-front fresh samples of issue 38): -11.22 ->
-    -10.38, +0.83 +- 0.34 (2.4 s.e.). What did not pass, same protocol: actor lr 3e-4 (8 iterations)
-    -0.34 +- 0.69; 6 actor steps per iteration at 1.5e-4 -2.40 +- 0.39; 8 steps at 1e-4 (3 warm-up
-    iterations) -1.38 +- 0.38 -- a young critic cannot carry a faster actor. The slow tier's
-    1,024-episode test checks the defaults."""
+    Measured (2026-11-27, seed 1, one torch thread, the BC actor the fast tier's workers train,
+    beside another one-thread run as in the fast tier): -10.99 -> -9.95, +1.03 +- 0.31 (3.3 s.e.),
+    175 s. Batches of 64 (the test until 2026-11-27): +0.80 +- 0.35 (2.3 s.e.), 280 s. What did not
+    pass, same protocol: 20 critic steps per iteration (batch 64) +0.36 +- 0.36, the same with 5
+    warm-up iterations +0.40 +- 0.33; batch 32 with 8 rollouts per iteration +0.59 +- 0.32, with 8
+    iterations +0.88 +- 0.31 (2.8 s.e., 14 s less); earlier, batch 64: actor lr 3e-4 -0.34 +-
+    0.69, 6 actor steps per iteration -2.40 +- 0.39, 8 steps at 1e-4 -1.38 +- 0.38 -- the critic
+    needs its 50 steps per iteration, and a young critic cannot carry a faster actor. The slow
+    tier's 1,024-episode test checks the defaults."""
     actor_dir, _ = bc_actor
     archer.main(
         archer.Args(
@@ -592,6 +597,8 @@ def test_learning_archer_short_run_raises_the_return(tmp_path, bc_actor):
             warmup_iters=2,
             iterations=10,
             actor_lr=1.5e-4,
+            batch_size=32,
+            micro_batch_size=32,
             eval_every=0,
             eval_episodes=600,
             checkpoint_every=0,

@@ -321,22 +321,25 @@ def test_two_processes_with_accelerate(tmp_path):
 # ----------------------------------------------------------------------------------------- learning
 
 
-ITERS, CRITIC_STEPS, MARGIN = 4, 100, 1.0
+ITERS, CRITIC_STEPS, EVAL = 4, 100, 400
 
 
 def test_learning_reranking_beats_the_frozen_bc_actor(tmp_path, bc_actor):
     """From the shared BC actor (conftest.py), ITERS iterations of online CHAI (k = 5; buffer
-    started with the 2,000 scripted episodes; CRITIC_STEPS critic steps in all). The BC actor copies
-    the scripted policy's ~22% uninformative questions ("Is it a thing?"); once the critic rates
-    them lower, picking the best of 5 samples cuts them and the return rises.
+    started with the 2,000 scripted episodes; CRITIC_STEPS critic steps in all, replay batches of
+    32: the default 64 doubles a critic step's cost). The BC actor copies the scripted policy's ~22%
+    uninformative questions ("Is it a thing?"); once the critic rates them lower, picking the best
+    of 5 samples cuts them and the return rises.
 
-    CHAI and the frozen actor alone are evaluated on the same 600 episodes with the same sampling
-    seed (common random numbers; 600 rather than 200 shrink the paired s.e. from ~0.67 to ~0.39);
-    the test asserts CHAI's mean per-episode gain exceeds 2 standard errors of the paired
-    differences. Measured with today's code (fresh candidates drawn up front, issue 38; seed 1, one
-    torch thread): actor -10.94, CHAI -8.76, gain +2.18 ± 0.39 (5.6 s.e.); on 200 episodes the same
-    run gave +1.18 ± 0.68 (1.7 s.e.), which is why the test evaluates 600. Before issue 38 (200
-    episodes): +1.93 ± 0.66 with one thread, +3.06 ± 0.60 with two."""
+    CHAI and the frozen actor alone are evaluated on the same EVAL episodes with the same sampling
+    seed (common random numbers); the test asserts CHAI's mean per-episode gain exceeds 2 standard
+    errors of the paired differences. Three evaluations (the actor alone, CHAI with the untrained
+    critic, CHAI at the end; the two CHAI ones sample and score 5 candidates a turn) are most of
+    the test's time. Measured (2026-11-27, seed 1, one torch thread, the BC actor the fast tier's
+    workers train, beside another one-thread run): 400 episodes +1.53 ± 0.47 (3.3 s.e.), 143 s;
+    600 episodes +2.53 ± 0.38 (6.7 s.e.), 202 s; 300 episodes +1.61 ± 0.56 (2.9 s.e.), 178 s
+    (beside two runs). Batches of 64 and 600 episodes (the test until 2026-11-27): +2.18 ± 0.39,
+    217 s in CI; 2 iterations of 50 critic steps instead of 4 of 25: +1.56 ± 0.37, no faster."""
     actor_dir, bc_summary = bc_actor
     chai.main(
         chai.Args(
@@ -345,15 +348,17 @@ def test_learning_reranking_beats_the_frozen_bc_actor(tmp_path, bc_actor):
             bc_steps=0,
             iterations=ITERS,
             critic_updates_per_iter=CRITIC_STEPS // ITERS,
+            batch_size=32,
+            micro_batch_size=32,
             eval_every=0,
-            eval_episodes=600,
+            eval_episodes=EVAL,
             checkpoint_every=0,
             device="cpu",
             seed=1,
         )
     )
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
-    assert summary["eval_episodes"] == len(summary["actor_eval_returns"]) == 600
+    assert summary["eval_episodes"] == len(summary["actor_eval_returns"]) == EVAL
     diff, se = paired_difference(summary["eval_returns"], summary["actor_eval_returns"])
     assert diff > 2 * se, (bc_summary["eval_return"], summary["eval_return"], diff, se)
 
