@@ -358,10 +358,10 @@ def main(args: Args):
         )
     accelerator = Accelerator(cpu=args.device == "cpu")
     args.world_size = accelerator.num_processes
+    if args.torch_threads:  # before the first line, which prints it
+        torch.set_num_threads(args.torch_threads)
     run_dir, writer = start_run(args, accelerator)
     seed_everything(args.seed + accelerator.process_index, args.torch_deterministic)
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
     dev = accelerator.device
 
     # Models: the actor π (trained only by the BC warm start, then frozen), critic {Q_θ1,2, V_ψ1,2}
@@ -1329,8 +1329,8 @@ def check_hub_model(flag: str, name: str):
 
 def start_run(args, accelerator):
     """(Main process) a new run directory, never shared with another run, with args.json, or the
-    resumed one; TensorBoard (wandb mirrors it with --track). Prints the device and dtype once.
-    Returns (run_dir, writer); writer is None off the main process."""
+    resumed one; TensorBoard (wandb mirrors it with --track). Prints the device, dtype, processes
+    and torch threads once. Returns (run_dir, writer); writer is None off the main process."""
     if args.resume:
         args.run_name = os.path.basename(args.resume)
     elif accelerator.is_main_process:
@@ -1349,8 +1349,8 @@ def start_run(args, accelerator):
     device = accelerator.device
     gpu = f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""
     accelerator.print(
-        f"device {device}{gpu}, dtype {args.dtype}, {accelerator.num_processes} process(es); "
-        f"run {run_dir}"
+        f"device {device}{gpu}, dtype {args.dtype}, {accelerator.num_processes} process(es), "
+        f"{torch.get_num_threads()} torch thread(s) each (--torch-threads); run {run_dir}"
     )
     if not accelerator.is_main_process:
         return run_dir, None

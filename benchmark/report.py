@@ -491,6 +491,12 @@ def throughput_report(tp, timing, results):
                 "rollout path tok/s": fmt(t["rollout_tok_s"], nd=0),
                 "bare generate tok/s": fmt(t["bare_tok_s"], nd=0),
                 "share of rollout time in generate": f"{100 * t['generate_share']:.0f}%",
+                "fraction of the model's arithmetic limit": (
+                    f"{100 * t['arithmetic_fraction']:.0f}% ({fmt(t['achieved_gflop_s'], nd=1)} of "
+                    f"{fmt(t['matmul_gflop_s'], nd=1)} GFLOP/s)"
+                    if "arithmetic_fraction" in t
+                    else "not measured"
+                ),
             }
             for t in tp
         ]

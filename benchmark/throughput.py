@@ -10,9 +10,13 @@ per algorithm.
    time spent inside it; then the same calls are replayed as bare `generate` calls forced to the
    same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates count the same
    tokens (non-pad tokens the rollout generated), so their ratio is the overhead of env stepping,
-   tokenisation and bookkeeping. Models: the BC actor of benchmark/online.py (or the untrained tiny
-   actor) and, if installed, smollm2-135m (a real 135M-parameter LM; 8 episodes of 5 turns). Rollout
-   batches and their bare replays alternate, so drift in the machine's speed hits both alike.
+   tokenisation and bookkeeping. The fraction of the arithmetic limit: the model's useful FLOPs
+   (2 × its matrix weights per prompt or generated token, no padding; model_flops) per second of
+   rollout, over the FLOP/s a plain matmul of the model's MLP size reaches in the same process
+   (matmul_flops_per_s): how far the rollout path is from what the cores can multiply. Models: the
+   BC actor of benchmark/online.py (or the untrained tiny actor) and, if installed, smollm2-135m (a
+   real 135M-parameter LM; 8 episodes of 5 turns). Rollout batches and their bare replays
+   alternate, so drift in the machine's speed hits both alike.
 2. Iterations. Every online script runs --timing-iterations iterations from the BC actor (no
    evaluation in between; archer.py without warm-up so every iteration has its actor steps) and
    archer_offline.py as many; seconds per iteration = the median gap between consecutive
@@ -68,7 +72,7 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20, device="cpu"):
     fbc.run_episodes(
         model, tok, args, n, seed=10**6
     )  # warm-up batch (allocations, kernels, caches)
-    n_tok = n_calls = total = bare = 0
+    n_tok = n_calls = total = bare = n_prompt = 0
     for r in range(
         repeats
     ):  # alternate a rollout batch and its bare replay, so drift hits both alike
@@ -94,6 +98,12 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20, device="cpu"):
             )
         bare += time.perf_counter() - t
         n_calls += len(calls)
+        n_prompt += sum(int(attn.sum()) for _, attn, _, _ in calls)
+    body, head = model_flops(model)
+    flops = body * (n_prompt + n_tok) + head * n_tok  # useful FLOPs of the rollouts (no padding)
+    d = model.config.hidden_size
+    rows = max(1, n_prompt // max(1, n_calls))  # a typical call's prompt tokens
+    peak = matmul_flops_per_s(rows, d, 4 * d)
     return {
         "model": model_name,
         "episodes": n,
@@ -106,7 +116,47 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20, device="cpu"):
         "rollout_tok_s": n_tok / total,
         "bare_tok_s": n_tok / bare,
         "generate_share": inner[0] / total,
+        "prompt_tokens": n_prompt,
+        "model_gflop": flops / 1e9,
+        "achieved_gflop_s": flops / total / 1e9,
+        "matmul_shape": [rows, d, 4 * d],
+        "matmul_gflop_s": peak / 1e9,
+        "arithmetic_fraction": flops / total / peak,
     }  # inner: time inside generate during the rollouts
+
+
+def model_flops(model):
+    """(FLOPs per token a forward pass multiplies in the body, FLOPs of the LM head per scored
+    position): 2 × the weights of every matrix but the embedding tables (the usual estimate; the
+    attention's context term, 4 × layers × width × context per token, is left out, so the fraction
+    below is a lower bound). The LM head (vocabulary × width) counts once per generated token:
+    generate scores only the last position of a prompt."""
+    head = model.get_output_embeddings().weight
+    skip = {id(head)} | {id(m.weight) for m in model.modules() if type(m).__name__ == "Embedding"}
+    body = sum(p.numel() for p in model.parameters() if p.dim() >= 2 and id(p) not in skip)
+    return 2 * body, 2 * head.numel()
+
+
+def matmul_flops_per_s(m, k, n, repeats=7):
+    """FLOP/s of a plain float32 matmul (m × k) @ (k × n) on this machine with torch's current
+    threads: the median of `repeats` timings, each of enough products to last ~0.2 s. The model's
+    arithmetic limit for its layer sizes (its MLP's first matrix is width × 4 width)."""
+    import statistics
+
+    import torch
+
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    t, reps = time.perf_counter(), 0
+    while time.perf_counter() - t < 0.2:
+        a @ b
+        reps += 1
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        rates.append(2 * m * k * n * reps / (time.perf_counter() - t))
+    return statistics.median(rates)
 
 
 def explicit_decode(model, ids, attn, settings, stop_ids, pad_id, sample=True):

@@ -90,6 +90,9 @@ def fake_runs(tmp_path_factory):
                     "rollout_tok_s": 500.0,
                     "bare_tok_s": 1000.0,
                     "generate_share": 0.5,
+                    "achieved_gflop_s": 1.5,
+                    "matmul_gflop_s": 6.0,
+                    "arithmetic_fraction": 0.25,
                 }
             ],
             f,
@@ -148,6 +151,7 @@ def test_report_writes_tables_and_plot(fake_runs, tmp_path):
     ]  # the paper's row order
     assert off[0]["return (± s.e.)"] == "-13.50 ± 0.50" and off[0]["paper (20Q return)"] == "-14.1"
     assert "500" in (res / "throughput.md").read_text()
+    assert "25% (1.5 of 6.0 GFLOP/s)" in (res / "throughput.md").read_text()
     timing = list(csv.DictReader(open(res / "timing.csv")))
     assert timing[0]["method"] == "ArCHer" and float(timing[0]["seconds per iteration"]) >= 0
 
@@ -411,3 +415,21 @@ def test_gpu_check_dry_run_on_the_cpu_prints_its_table(tmp_path):
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert cells[1] == "ok" and float(cells[3]) > 0 and float(cells[4]) > 0, row
     assert "rollouts" not in table  # only the rows asked for
+
+
+def test_throughput_flops_of_the_tiny_actor_by_hand():
+    """benchmark/throughput.py's arithmetic-limit column: the tiny GPT-2 (width 128, 4 layers, MLP
+    512) multiplies, per token, 4 × (128·384 + 128·128 + 128·512 + 512·128) = 786,432 weights in its
+    body (2 FLOPs each) and its tied LM head vocabulary × 128 once per generated token; a plain
+    matmul's FLOP/s is positive and finite."""
+    import math
+
+    import filtered_bc
+    import throughput
+
+    model, tok = filtered_bc.load_actor("tiny", "twenty_questions_subset")
+    body, head = throughput.model_flops(model)
+    assert body == 2 * 4 * (128 * 384 + 128 * 128 + 128 * 512 + 512 * 128)
+    assert head == 2 * len(tok) * 128
+    rate = throughput.matmul_flops_per_s(64, 128, 512, repeats=2)
+    assert math.isfinite(rate) and rate > 0

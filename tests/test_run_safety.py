@@ -264,8 +264,11 @@ def test_no_long_phase_is_silent(script, tmp_path, monkeypatch, capsys):
     lines = [x for x in out if x.startswith("  ... ")]
     assert any(" episodes finished, turn " in x for x in lines)  # rollouts and evaluations
     assert any(x.startswith("  ... iter 1: ") for x in lines)  # the update loop
-    # the device and dtype once at the start; the last line: start → end, paired difference
-    assert sum(x.startswith("device cpu, dtype float32, 1 process(es); run ") for x in out) == 1
+    # the device, dtype, processes and torch threads once at the start; the last line: start → end,
+    # paired difference
+    first = [x for x in out if x.startswith("device cpu, dtype float32, 1 process(es), ")]
+    threads = f"{torch.get_num_threads()} torch thread(s) each (--torch-threads); run "
+    assert len(first) == 1 and threads in first[0], first
     assert out[-1].startswith("result: eval return ") and "(paired difference " in out[-1]
     monkeypatch.setattr(mod, "PROGRESS_S", 10**6)
     mod.progress("silent")
