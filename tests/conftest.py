@@ -90,7 +90,8 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def bc_actor(tmp_path_factory):
     """The SFT start the learning tests share: plain BC (train_bc_actor), 800 steps on 2,000
-    scripted episodes of the 10-word game. Trained once per session (~2 minutes on 2 cores)."""
+    scripted episodes of the 10-word game. Trained once per session (~5 minutes at one torch
+    thread, as a pytest-xdist worker trains it)."""
     return train_bc_actor(tmp_path_factory, "bc_actor", "twenty_questions_subset", 800)
 
 
