@@ -29,6 +29,8 @@ Methods (every script's own defaults otherwise; the off-policy ones start their 
                                              iteration's batch)
   gigpo            gigpo.py                  64 rollouts/iter: 8 episode groups of 8 (on-policy,
                                              critic-free; beyond the ArCHer paper's methods)
+  grpo             gigpo.py --omega 0        (ablation, not run by default) GiGPO without its
+                                             step-level advantage: GRPO with per-episode advantages
 
 Paper scale (GPU): --paper-scale applies the ArCHer paper's Table 2 (Twenty Questions Subset column)
 on top: rollouts per iteration (ArCHer/CHAI 128, filtered BC 32, PPO 2,048), batch sizes, learning
@@ -58,6 +60,7 @@ METHODS = {
     "filtered_bc": ("filtered_bc.py", 32, ["--offline-steps", "0"]),
     "ppo_token": ("ppo_token.py", 64, ["--bc-steps", "0"]),
     "gigpo": ("gigpo.py", 64, ["--bc-steps", "0"]),
+    "grpo": ("gigpo.py", 64, ["--bc-steps", "0", "--omega", "0", "--exp-name", "grpo"]),
 }
 GIGPO_GROUP_SIZE = 8  # gigpo.py's default N: its rollouts per iteration are groups x N
 # --paper-scale: method -> (rollouts per iteration, flags), from the paper's Table 2 (Twenty
@@ -124,7 +127,8 @@ PAPER_SCALE = {
     "gigpo": (128, []),  # the GiGPO paper's 16 groups of 8 (its lr 1e-6 is for 1.5B-7B models)
 }
 PAPER_SCALE["archer_target_adv"] = PAPER_SCALE["archer"]  # (the flag is in METHODS)
-ABLATIONS = ["archer_target_adv"]  # run only when --methods names them
+PAPER_SCALE["grpo"] = PAPER_SCALE["gigpo"]
+ABLATIONS = ["archer_target_adv", "grpo"]  # run only when --methods names them
 
 
 def find_run(out):
@@ -187,7 +191,7 @@ def method_command(method, seed, actor, a, resume=None):
         str(a.budget // per_iter),
         *(
             ["--groups-per-iter", str(per_iter // GIGPO_GROUP_SIZE)]
-            if method == "gigpo"
+            if script == "gigpo.py"
             else ["--rollouts-per-iter", str(per_iter)]
         ),
         "--eval-every",

@@ -39,6 +39,7 @@ LABELS = {
     "filtered_bc": "Filtered BC",
     "ppo_token": "Token-level PPO",
     "gigpo": "GiGPO",
+    "grpo": "GRPO (GiGPO with ω = 0)",
     "archer_offline": "ArCHer offline (IQL + AWR)",
     "poad": "POAD (BAD)",
     "ntpo": "NTPO",

@@ -176,7 +176,8 @@ def test_online_rejects_a_budget_that_splits_an_iteration():
 
 
 def test_online_runs_gigpo_in_groups_of_eight():
-    """GiGPO's 64 rollouts per iteration are 8 episode groups of 8; it takes no --critic."""
+    """GiGPO's 64 rollouts per iteration are 8 episode groups of 8; it takes no --critic; so does
+    its GRPO ablation (ω = 0)."""
 
     class A:
         budget, eval_every_episodes, out, env, eval_episodes, extra, paper_scale = (
@@ -193,6 +194,11 @@ def test_online_runs_gigpo_in_groups_of_eight():
     _, cmd = online.method_command("gigpo", 1, "actor", A)
     assert cmd[cmd.index("--groups-per-iter") + 1] == "8" and "--rollouts-per-iter" not in cmd
     assert cmd[cmd.index("--iterations") + 1] == "5" and "--critic" not in cmd
+    # the GRPO ablation: the same script and groups, ω = 0, its own run name; not run by default
+    out, cmd = online.method_command("grpo", 1, "actor", A)
+    assert cmd[1].endswith("gigpo.py") and cmd[cmd.index("--groups-per-iter") + 1] == "8"
+    assert cmd[cmd.index("--omega") + 1] == "0" and cmd[cmd.index("--exp-name") + 1] == "grpo"
+    assert out.endswith(os.path.join("grpo", "seed1")) and "grpo" in online.ABLATIONS
 
 
 def test_online_continues_a_run_from_its_checkpoint(tmp_path):
