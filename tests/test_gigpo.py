@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gigpo
-from helpers import load_checkpoint, paired_difference, run_dir
+from helpers import launch_two_processes, load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -298,6 +298,27 @@ def small_args(tmp_path, **kw):
     )
     base.update(kw)
     return gigpo.Args(**base)
+
+
+@pytest.mark.slow
+def test_two_processes_with_accelerate(tmp_path):
+    """`accelerate launch` with 2 CPU processes: each rolls out whole episode groups of its own (one
+    of the 2 per iteration), every process gets every group in order (the anchor-state groups span
+    the processes' episodes), the minibatches are sharded; one run directory, a checkpoint with both
+    processes' RNG states, one progress line per iteration."""
+    flags = ["--output-dir", str(tmp_path), "--scripted-episodes", "40", "--bc-steps", "3"]
+    flags += ["--bc-batch-size", "8", "--iterations", "2", "--groups-per-iter", "2"]
+    flags += ["--group-size", "2", "--batch-size", "16", "--micro-batch-size", "8"]
+    flags += ["--eval-episodes", "4", "--eval-every", "1", "--checkpoint-every", "1"]
+    flags += ["--max-new-tokens", "8", "--max-turns", "5", "--device", "cpu"]
+    out = launch_two_processes("gigpo.py", flags)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    d = run_dir(tmp_path)
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["args"]["world_size"] == 2 and summary["episodes"] == 8
+    assert int(max(summary["step_group_sizes"], key=int)) >= 2  # "Questions:\n" at least
+    assert len(load_checkpoint(d)["rng"]) == 2
+    assert out.stdout.count("iter 2/2") == 1  # only the main process prints
 
 
 def test_smoke_save_reload_and_resume(tmp_path):
