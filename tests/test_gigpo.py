@@ -302,10 +302,10 @@ def small_args(tmp_path, **kw):
 
 @pytest.mark.slow
 def test_two_processes_with_accelerate(tmp_path):
-    """`accelerate launch` with 2 CPU processes: each rolls out whole episode groups of its own (one
-    of the 2 per iteration), every process gets every group in order (the anchor-state groups span
-    the processes' episodes), the minibatches are sharded; one run directory, a checkpoint with both
-    processes' RNG states, one progress line per iteration."""
+    """`accelerate launch` with 2 CPU processes, each rolling out one of the 2 episode groups per
+    iteration: the run counts both processes' episodes (world size 2, 8 episodes), finds step
+    groups of two or more across them, checkpoints both processes' RNG states, and prints one
+    progress line per iteration."""
     flags = ["--output-dir", str(tmp_path), "--scripted-episodes", "40", "--bc-steps", "3"]
     flags += ["--bc-batch-size", "8", "--iterations", "2", "--groups-per-iter", "2"]
     flags += ["--group-size", "2", "--batch-size", "16", "--micro-batch-size", "8"]
