@@ -37,7 +37,7 @@ import envs
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 PROGRESS_S = 30  # a long phase (rollouts, evaluation, update steps) prints a line this often
 _last_progress = [time.time()]  # when progress() last printed
-AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
+AT_LEAST_ONE = ("eval_episodes",)  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
     "resume",
     "iterations",

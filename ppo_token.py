@@ -39,7 +39,7 @@ EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common ran
 PROGRESS_S = 30  # a long phase (rollouts, evaluation, update steps) prints a line this often
 _last_progress = [time.time()]  # when progress() last printed
 BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
-AT_LEAST_ONE = ("k", "rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
+AT_LEAST_ONE = ("rollouts_per_iter", "ppo_epochs", "eval_episodes")  # counts where 0 is void
 RESUMABLE = (  # flags a resumed run may change (restore_args); every other one is the run's
     "resume",
     "iterations",
