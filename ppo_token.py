@@ -860,8 +860,17 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     return ids.to(device), attn.to(device), pos.to(device), act.to(device)
 
 
-def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
-    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
+def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask, rows: int = 0):
+    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair).
+    rows > 0: the pairs run `rows` at a time, shortest first, each group cut to its real columns
+    (little padding; the same values up to float rounding, docs/benchmark.md)."""
+    if rows > 0:
+        order, out = torch.argsort(attention_mask.sum(-1)), []
+        for g in order.split(rows):
+            keep = attention_mask[g].bool().any(0)  # left or right padding: a contiguous span
+            batch = (x[g][:, keep] for x in (input_ids, attention_mask, position_ids, action_mask))
+            out.append(action_logprobs(model, *batch))
+        return torch.cat(out)[torch.argsort(order)]
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
     ).logits

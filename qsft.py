@@ -302,22 +302,41 @@ class QSFTPolicy(torch.nn.Module):
         )
 
 
-def action_state_logits(model, input_ids, attention_mask, position_ids, action_mask):
+def action_state_logits(model, input_ids, attention_mask, position_ids, action_mask, rows=16):
     """The logits at the state of every action token (the position before it), flattened over the
-    batch in order: [action tokens, V]."""
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-    ).logits
-    return logits[:, :-1][action_mask[:, 1:]]
+    batch in order: [action tokens, V]. Right-padded rows run `rows` at a time, shortest first,
+    each group cut to its longest row (little padding; the same values up to float rounding)."""
+    lengths = attention_mask.sum(-1)
+    place = torch.zeros_like(action_mask[:, 1:], dtype=torch.long)  # each token's output row
+    place[action_mask[:, 1:]] = torch.arange(int(action_mask[:, 1:].sum()), device=place.device)
+    out, where = [], []
+    for g in torch.argsort(lengths).split(rows):
+        n = int(lengths[g].max())
+        mask = action_mask[g, 1:n]
+        logits = model(
+            input_ids=input_ids[g, :n],
+            attention_mask=attention_mask[g, :n],
+            position_ids=position_ids[g, :n],
+        ).logits
+        out.append(logits[:, :-1][mask])
+        where.append(place[g, : n - 1][mask])
+    return torch.cat(out)[torch.argsort(torch.cat(where))]
 
 
-def last_state_logits(model, input_ids, attention_mask, position_ids):
+def last_state_logits(model, input_ids, attention_mask, position_ids, rows=16):
     """The logits at each (right-padded) row's last real position: the state of the first token of
-    the utterance that would follow: [rows, V]."""
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-    ).logits
-    return logits[torch.arange(len(logits)), attention_mask.sum(-1) - 1]
+    the utterance that would follow: [rows, V]. Grouped as action_state_logits."""
+    lengths = attention_mask.sum(-1)
+    order, out = torch.argsort(lengths), []
+    for g in order.split(rows):
+        n = int(lengths[g].max())
+        logits = model(
+            input_ids=input_ids[g, :n],
+            attention_mask=attention_mask[g, :n],
+            position_ids=position_ids[g, :n],
+        ).logits
+        out.append(logits[torch.arange(len(g)), lengths[g] - 1])
+    return torch.cat(out)[torch.argsort(order)]
 
 
 @torch.no_grad()
@@ -800,8 +819,17 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     return ids.to(device), attn.to(device), pos.to(device), act.to(device)
 
 
-def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
-    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair)."""
+def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask, rows: int = 0):
+    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action tokens only (one value per pair).
+    rows > 0: the pairs run `rows` at a time, shortest first, each group cut to its real columns
+    (little padding; the same values up to float rounding, docs/benchmark.md)."""
+    if rows > 0:
+        order, out = torch.argsort(attention_mask.sum(-1)), []
+        for g in order.split(rows):
+            keep = attention_mask[g].bool().any(0)  # left or right padding: a contiguous span
+            batch = (x[g][:, keep] for x in (input_ids, attention_mask, position_ids, action_mask))
+            out.append(action_logprobs(model, *batch))
+        return torch.cat(out)[torch.argsort(order)]
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
     ).logits

@@ -194,6 +194,55 @@ def test_critic_encodes_state_and_utterance_separately(tiny):
     assert ctok.decode(ids[0, 1:]).endswith("No.\n")
 
 
+def test_critic_encodes_length_sorted_groups_as_one_padded_pass(tiny):
+    """Critic.encode runs the rows in length-sorted groups cut to their longest row (speed): values
+    and gradients equal one pass over the whole right-padded batch, in the caller's row order."""
+    critic = copy.deepcopy(tiny[2])
+    ctok = tiny[3]
+    texts = ["Questions:\n" + "Is it an animal? No.\n" * k for k in (7, 0, 3, 12, 1)]
+    ids, attn = archer.critic_inputs(ctok, texts, 480)
+    assert len(set(attn.sum(-1).tolist())) == 5  # five lengths, out of order
+
+    def grads(emb):
+        critic.zero_grad()
+        (emb * torch.arange(1.0, 1.0 + emb.numel()).view_as(emb)).sum().backward()
+        return torch.cat([p.grad.flatten() for p in critic.encoder.parameters()])
+
+    full = critic.encoder(input_ids=ids, attention_mask=attn).last_hidden_state[:, 0]
+    g_full = grads(full)
+    grouped = critic.encode(ids, attn, rows=2)
+    assert torch.allclose(grouped, full, atol=1e-5)
+    assert torch.allclose(grads(grouped), g_full, atol=1e-4)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_action_logprobs_in_length_sorted_groups_equal_one_padded_pass(tiny, side):
+    """action_logprobs(rows=k) runs the pairs k at a time, shortest first, each group cut to its
+    real columns (speed): the same log-probabilities and gradients as one pass, in the caller's
+    order, with either padding side, on ids that came out of generate."""
+    actor, tok = copy.deepcopy(tiny[0]), tiny[1]
+    obs = ["Questions:\n" + "Is it an animal? No.\n" * k for k in (5, 0, 2, 9, 1)]
+    torch.manual_seed(3)
+    args = archer.Args(max_new_tokens=6)
+    _, ids, _ = archer.generate_actions(actor, tok, obs, args, archer.newline_token_ids(tok))
+    batch = archer.pad_pairs(
+        archer.tokenize_pairs(tok, obs, None, 448, ids), tok.pad_token_id, side
+    )
+    assert len(set(batch[1].sum(-1).tolist())) == 5
+
+    def grads(logp):
+        actor.zero_grad()
+        (logp * torch.arange(1.0, 6.0)).sum().backward()
+        return torch.cat([p.grad.flatten() for p in actor.parameters() if p.grad is not None])
+
+    one = archer.action_logprobs(actor, *batch)
+    for rows in (1, 2, 16):
+        assert torch.allclose(archer.action_logprobs(actor, *batch, rows=rows), one, atol=1e-5)
+    assert torch.allclose(
+        grads(archer.action_logprobs(actor, *batch, rows=2)), grads(one), atol=1e-5
+    )
+
+
 def test_joint_critic_input_is_the_state_then_the_action(tiny):
     """--critic-input joint (our ablation): the Q heads' action input is s followed by a, so the
     action's encoding depends on s; 'separate' (the paper's) passes a alone."""
@@ -225,9 +274,10 @@ def test_decoder_critic_reads_the_last_real_token(tmp_path):
         ids, attn = archer.critic_inputs(ctok, ["Questions:\nIs it a dog? No.\n", "Is"], 64)
         full = critic.encoder(input_ids=ids, attention_mask=attn).last_hidden_state
         emb = critic.encode(ids, attn)
-    assert torch.allclose(emb[0], full[0, attn[0].sum() - 1]) and torch.allclose(
-        emb[1], full[1, attn[1].sum() - 1]
-    )
+        one_by_one = critic.encode(ids, attn, rows=1)  # each row cut to its own length
+    for e in (emb, one_by_one):
+        assert torch.allclose(e[0], full[0, attn[0].sum() - 1], atol=1e-5)
+        assert torch.allclose(e[1], full[1, attn[1].sum() - 1], atol=1e-5)
 
 
 def test_minilm_critic_if_installed():
