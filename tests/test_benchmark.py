@@ -439,3 +439,23 @@ def test_throughput_flops_of_the_tiny_actor_by_hand():
     assert head == 2 * len(tok) * 128
     rate = throughput.matmul_flops_per_s(64, 128, 512, repeats=2)
     assert math.isfinite(rate) and rate > 0
+
+
+def test_throughput_row_group_comparison_scores_the_same_outputs():
+    """benchmark/throughput.py --compare-row-groups: four cases (critic step at k = 1 and 5, actor
+    log-probs at batch 64 and 32), every variant timed on the same batches, and every grouped
+    variant's outputs equal to the one padded pass up to float rounding."""
+    import throughput
+
+    cases = throughput.compare_row_groups("twenty_questions_subset", batches=2, rounds=1)
+    assert [c["case"] for c in cases] == [
+        "critic step, batch 64, k = 1",
+        "critic step, batch 64, k = 5",
+        "actor log-probs, batch 64",
+        "actor log-probs, batch 32",
+    ]
+    for c in cases:
+        assert c["seconds"]["one pass"] > 0 and c["speed_up"]["one pass"] == 1.0
+        assert len(c["seconds"]) == len(c["max_abs_diff"]) >= 3
+        assert all(t > 0 for t in c["seconds"].values())
+        assert max(c["max_abs_diff"].values()) < 1e-4, c
