@@ -175,30 +175,21 @@ class Critic(torch.nn.Module):
         self.pooling = pooling  # 'first' ([CLS], encoders) or 'last' (decoders)
 
         def mlp(n_in):
-            return torch.nn.Sequential(
-                torch.nn.Linear(n_in, h),
-                torch.nn.ReLU(),
-                torch.nn.Linear(h, h),
-                torch.nn.ReLU(),
-                torch.nn.Linear(h, 1),
-            )
+            layers = [torch.nn.Linear(n_in, h), torch.nn.ReLU(), torch.nn.Linear(h, h)]
+            return torch.nn.Sequential(*layers, torch.nn.ReLU(), torch.nn.Linear(h, 1))
 
         self.q1, self.q2, self.v1, self.v2 = mlp(2 * h), mlp(2 * h), mlp(h), mlp(h)
 
     def encode(self, input_ids, attention_mask, rows: int = 32):
-        """Pooled encodings of right-padded inputs. The rows are encoded `rows` at a time, shortest
-        first, each group cut to its longest row: replay batches of 64 are ~60% padding, and an
-        ArCHer critic step runs 1.2-1.3x faster (the same values up to float rounding;
-        docs/benchmark.md)."""
+        """Pooled encodings of right-padded rows, `rows` at a time, shortest first, each group cut
+        to its longest row (replay batches are ~60% padding; the same values up to rounding)."""
         lengths = attention_mask.sum(-1)
         order, out = torch.argsort(lengths), []
-        for group in order.split(rows):
-            n = int(lengths[group].max())
-            mask = attention_mask[group, :n]
-            hidden = self.encoder(input_ids=input_ids[group, :n], attention_mask=mask)
-            hidden = hidden.last_hidden_state
-            last = mask.sum(-1) - 1 if self.pooling == "last" else torch.zeros_like(group)
-            out.append(hidden[torch.arange(len(group), device=hidden.device), last])
+        for g in order.split(rows):
+            mask = attention_mask[g, : int(lengths[g].max())]
+            hidden = self.encoder(input_ids=input_ids[g, : mask.shape[1]], attention_mask=mask)
+            last = mask.sum(-1) - 1 if self.pooling == "last" else torch.zeros_like(g)
+            out.append(hidden.last_hidden_state[torch.arange(len(g), device=g.device), last])
         return torch.cat(out)[torch.argsort(order)].float()
 
     def value(self, s_ids, s_attn):
