@@ -836,18 +836,27 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
 def critic_inputs(tokenizer, texts, max_tokens: int, device="cpu"):
     """Critic (input_ids, attention_mask) for a list of texts, right-padded. Each text is
     left-truncated and framed as the encoder expects: [CLS] text [SEP] (or BOS text for models
-    without a CLS token)."""
-    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    first = (
-        tokenizer.cls_token_id
-        if tokenizer.cls_token_id is not None
-        else (
-            tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    without a CLS token). The tokenizer object keeps each text's framed ids (replay batches draw the
+    same states and utterances again and again): at most 20,000 texts, then it starts over."""
+    kept = tokenizer.__dict__.setdefault("_critic_ids", {})  # (max_tokens, text) -> framed ids
+    new = [t for t in dict.fromkeys(texts) if (max_tokens, t) not in kept]
+    if new:
+        if len(kept) + len(new) > 20_000:
+            kept.clear()
+        first = (
+            tokenizer.cls_token_id
+            if tokenizer.cls_token_id is not None
+            else (
+                tokenizer.bos_token_id
+                if tokenizer.bos_token_id is not None
+                else tokenizer.eos_token_id
+            )
         )
-    )
-    last = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
-    keep = max_tokens - 1 - len(last)
-    seqs = [([first] + x[len(x) - min(len(x), keep) :] + last, []) for x in ids]
+        last = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
+        keep = max_tokens - 1 - len(last)
+        for t, x in zip(new, tokenizer(new, add_special_tokens=False)["input_ids"]):
+            kept[max_tokens, t] = [first] + x[len(x) - min(len(x), keep) :] + last
+    seqs = [(kept[max_tokens, t], []) for t in texts]
     return pad_pairs(seqs, tokenizer.pad_token_id, "right", device)[:2]
 
 

@@ -194,6 +194,28 @@ def test_critic_encodes_state_and_utterance_separately(tiny):
     assert ctok.decode(ids[0, 1:]).endswith("No.\n")
 
 
+def test_critic_inputs_keeps_each_texts_ids_on_its_tokenizer(tiny):
+    """critic_inputs keeps the framed ids of every text it has seen on the tokenizer object, per
+    max_tokens: a second call gives exactly what a fresh tokenizer gives (duplicates, other order,
+    another truncation), and the store starts over once it would pass 20,000 texts."""
+    ctok = copy.deepcopy(tiny[3])
+    ctok.__dict__.pop("_critic_ids", None)
+    texts = ["Questions:\n" + "Is it an animal? No.\n" * k for k in (3, 0, 3, 9)] + ["Is it red?"]
+    first = archer.critic_inputs(ctok, texts, 480)
+    assert len(ctok._critic_ids) == 4  # duplicates are tokenised once
+    for batch, max_tokens in ((texts[::-1] + texts[:2], 480), (texts, 6), (texts, 480)):
+        fresh = copy.deepcopy(tiny[3])
+        fresh.__dict__.pop("_critic_ids", None)
+        want = archer.critic_inputs(fresh, batch, max_tokens)
+        got = archer.critic_inputs(ctok, batch, max_tokens)
+        assert all(torch.equal(x, y) for x, y in zip(got, want))
+    assert all(torch.equal(x, y) for x, y in zip(archer.critic_inputs(ctok, texts, 480), first))
+    assert len(ctok._critic_ids) == 8 and len(ctok._critic_ids[6, texts[3]]) == 6
+    ctok._critic_ids.update({(1, str(i)): [0] for i in range(20_000 - 8)})
+    archer.critic_inputs(ctok, ["a new state"], 480)
+    assert list(ctok._critic_ids) == [(480, "a new state")]
+
+
 def test_critic_encodes_length_sorted_groups_as_one_padded_pass(tiny):
     """Critic.encode runs the rows in length-sorted groups cut to their longest row (speed): values
     and gradients equal one pass over the whole right-padded batch, in the caller's row order."""
