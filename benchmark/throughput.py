@@ -3,6 +3,7 @@ per algorithm.
 
     python benchmark/throughput.py  # ~6 min on 2 cores; then python benchmark/report.py
     python benchmark/throughput.py --compare-row-groups  # ~5 min: 3. below
+    python benchmark/throughput.py --iteration-arithmetic  # ~10 min: 4. below
 
 1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays
    a batch of episodes: per turn it tokenises the live observations, left-pads them, calls
@@ -24,6 +25,8 @@ per algorithm.
    per-iteration TensorBoard logs (report.py computes it).
 3. Row groups (--compare-row-groups): compare_row_groups, the A/B behind the scripts' length-sorted
    row groups (critic encodes, the actor's log-probabilities).
+4. Arithmetic (--iteration-arithmetic [METHOD ...]): iteration_arithmetic, one iteration's matmul
+   FLOPs against its wall time: the fraction of the cores' arithmetic limit it reaches.
 
 Everything runs one process at a time with all cores."""
 
@@ -46,6 +49,7 @@ TIMING = {  # method -> (script, flags)
     "filtered_bc": ("filtered_bc.py", ["--offline-steps", "0"]),
     "ppo_token": ("ppo_token.py", ["--bc-steps", "0"]),
     "archer_offline": ("archer_offline.py", ["--scripted-episodes", "1000"]),
+    "qsft": ("qsft.py", ["--bc-steps", "0"]),
 }
 
 
@@ -358,6 +362,63 @@ def compare_row_groups(env, actor_name="tiny", batches=25, rounds=3, seed=0):
     return results
 
 
+def iteration_arithmetic(method, actor, env, out, extra=()):
+    """How far one training iteration of `method` (a TIMING entry) is from the cores' arithmetic
+    limit. Its matrix arithmetic: the script's own command line run in this process under torch's
+    FlopCounterMode (every matmul forward and backward, padding included; attention's own products
+    are not counted, so the limit is a lower bound) for 2 iterations minus the same for 1 (the
+    warm-up, the evaluations and the model loading cancel). Its wall time: the median
+    iteration_time_s of a plain 3-iteration run. The limit: those FLOPs at the rate a plain float32
+    matmul of the tiny models' MLP shape reaches (matmul_flops_per_s), same threads. `extra`: more
+    flags for every run (last, so they win). Returns a dict with GFLOP per iteration, s per
+    iteration, the limit's seconds and their ratio."""
+    import contextlib
+    import importlib
+    import statistics
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    script, flags = TIMING[method]
+    mod = importlib.import_module(script[:-3])
+    entry = getattr(mod, "cli_main_with_preset", None) or mod.cli_main
+
+    def run(iterations, counter=None):
+        folder = os.path.join(out, f"{method}_{iterations}_{int(counter is not None)}")
+        argv = [script, *flags, "--actor", actor, "--env", env, "--iterations", str(iterations)]
+        argv += ["--eval-every", "0", "--eval-episodes", "8", "--checkpoint-every", "0"]
+        old, sys.argv = sys.argv, argv + ["--seed", "1", "--output-dir", folder, *extra]
+        try:
+            with (
+                open(os.devnull, "w") as null,
+                contextlib.redirect_stdout(null),
+                counter or (contextlib.nullcontext()),
+            ):
+                entry()
+        finally:
+            sys.argv = old
+        return json.load(open(os.path.join(find_run(folder), "summary.json")))
+
+    flops = []
+    for iterations in (1, 2):
+        counter = FlopCounterMode(display=False)
+        run(iterations, counter)
+        flops.append(counter.get_total_flops())
+    history = run(3)["history"]
+    seconds = statistics.median(h["charts/iteration_time_s"] for h in history)
+    rate = matmul_flops_per_s(2048, 128, 512)
+    gflop = (flops[1] - flops[0]) / 1e9
+    return {
+        "method": method,
+        "threads": torch.get_num_threads(),
+        "gflop_per_iteration": round(gflop, 1),
+        "s_per_iteration": round(seconds, 2),
+        "matmul_gflop_per_s": round(rate / 1e9, 1),
+        "limit_s": round(gflop * 1e9 / rate, 3),
+        "fraction_of_limit": round(gflop * 1e9 / rate / seconds, 3),
+    }
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -394,6 +455,13 @@ def main():
         action="store_true",
         help="only the A/B of length-sorted row groups (critic encodes, actor log-probs)",
     )
+    p.add_argument(
+        "--iteration-arithmetic",
+        nargs="*",
+        choices=sorted(TIMING),
+        help="only one iteration's matmul FLOPs against its wall time (iteration_arithmetic), for "
+        "these methods (none named: archer, chai, archer_offline, qsft)",
+    )
     a = p.parse_args()
     if a.compare_row_groups:
         for case in compare_row_groups(a.env):
@@ -414,6 +482,12 @@ def main():
             if bc
             else "tiny (untrained)"
         )
+    if a.iteration_arithmetic is not None:
+        os.chdir(ROOT)  # the scripts find envs/ and write runs/ from the repository root
+        out = os.path.join(a.out, "arithmetic", time.strftime("%Y%m%d-%H%M%S"))
+        for m in a.iteration_arithmetic or ["archer", "chai", "archer_offline", "qsft"]:
+            print(json.dumps({**iteration_arithmetic(m, actor, a.env, out), "actor": label}))
+        return
     os.makedirs(os.path.join(a.out, "throughput"), exist_ok=True)
 
     results = []

@@ -459,3 +459,23 @@ def test_throughput_row_group_comparison_scores_the_same_outputs():
         assert len(c["seconds"]) == len(c["max_abs_diff"]) >= 3
         assert all(t > 0 for t in c["seconds"].values())
         assert max(c["max_abs_diff"].values()) < 1e-4, c
+
+
+def test_iteration_arithmetic_counts_one_iterations_matmuls(tmp_path):
+    """benchmark/throughput.py --iteration-arithmetic: one iteration's matmul FLOPs (2 iterations
+    minus 1 under FlopCounterMode) against its wall time. On filtered BC (tiny actor, no offline
+    phase, 2 rollouts of 3 turns per iteration) the count is positive and the iteration reaches a
+    fraction of the matmul limit between 0 and 1."""
+    import throughput
+
+    r = throughput.iteration_arithmetic(
+        "filtered_bc",
+        "tiny",
+        "twenty_questions_subset",
+        str(tmp_path),
+        extra=["--rollouts-per-iter", "2", "--max-turns", "3", "--max-new-tokens", "8"]
+        + ["--eval-episodes", "2"],
+    )
+    assert r["method"] == "filtered_bc" and r["gflop_per_iteration"] > 0.1
+    assert r["s_per_iteration"] > 0 and r["matmul_gflop_per_s"] > 0
+    assert 0 < r["fraction_of_limit"] < 1
