@@ -612,12 +612,16 @@ def find_packaged_file(package: str, suffix: str, install: str):
     raise FileNotFoundError(f"no *{suffix} file inside package {package!r} at {folder}")
 
 
-def gelu_tanh(x):
-    """GPT-2's activation, transformers' gelu_new: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as
-    torch's fused kernel of the same formula (one pass forward and backward instead of eight
-    element-wise operations; equal to the library's expression up to float rounding, about 3x faster
-    on a CPU; tests/test_shared_functions.py, docs/benchmark.md)."""
-    return torch.nn.functional.gelu(x, approximate="tanh")
+def gelu_new_in_place(x):
+    """GPT-2's activation, transformers' gelu_new: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). Where
+    no gradient flows (generation, evaluation) the same float operations run in the same order in
+    place: bit-identical outputs, about twice as fast on a CPU (two allocations instead of eight;
+    tests/test_shared_functions.py checks both). √(2/π) is written out: 0.7978845608028654 ==
+    math.sqrt(2.0 / math.pi)."""
+    if x.requires_grad:  # autograd keeps every intermediate: the library's expression as it is
+        return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
+    t = torch.pow(x, 3.0).mul_(0.044715).add_(x).mul_(0.7978845608028654).tanh_().add_(1.0)
+    return (0.5 * x).mul_(t)
 
 
 def load_actor(
@@ -671,12 +675,12 @@ def load_actor(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     # dropout off everywhere: log-probs must not be noisy (as in the reference code); GPT-2's
-    # activation as torch's fused kernel of the same formula (gelu_tanh)
+    # activation computed in place where no gradient flows (gelu_new_in_place: the same numbers)
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
         elif type(m).__name__ == "NewGELUActivation":
-            m.forward = gelu_tanh
+            m.forward = gelu_new_in_place
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
