@@ -887,15 +887,8 @@ def critic_inputs(tokenizer, texts, max_tokens: int, device="cpu"):
     if new:
         if len(kept) + len(new) > 20_000:
             kept.clear()
-        first = (
-            tokenizer.cls_token_id
-            if tokenizer.cls_token_id is not None
-            else (
-                tokenizer.bos_token_id
-                if tokenizer.bos_token_id is not None
-                else tokenizer.eos_token_id
-            )
-        )
+        specials = (tokenizer.cls_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
+        first = next((t for t in specials if t is not None), None)  # [CLS], else BOS, else EOS
         last = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
         keep = max_tokens - 1 - len(last)
         for t, x in zip(new, tokenizer(new, add_special_tokens=False)["input_ids"]):
