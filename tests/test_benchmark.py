@@ -479,3 +479,36 @@ def test_iteration_arithmetic_counts_one_iterations_matmuls(tmp_path):
     assert r["method"] == "filtered_bc" and r["gflop_per_iteration"] > 0.1
     assert r["s_per_iteration"] > 0 and r["matmul_gflop_per_s"] > 0
     assert 0 < r["fraction_of_limit"] < 1
+
+
+def test_paired_timing_runs_two_commits_side_by_side(tmp_path):
+    """benchmark/paired_timing.sh BASE NEW SCRIPT FLAGS: both commits (here HEAD twice) as git
+    worktrees, run at the same time on one core each; every iteration of both is reported, the
+    ratio line comes last, and the worktrees are removed. Bad input exits 2 before anything runs."""
+    script = os.path.join(ROOT, "benchmark", "paired_timing.sh")
+    env = {**os.environ, "REPS": "1", "ITERATIONS": "2", "PYTHON": sys.executable}
+    env["OUT"] = str(tmp_path)
+    flags = ["--offline-steps", "0", "--rollouts-per-iter", "2", "--max-turns", "3"]
+    flags += ["--max-new-tokens", "8", "--eval-episodes", "2"]
+    r = subprocess.run(
+        ["bash", script, "HEAD", "HEAD", "filtered_bc.py", *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    for v in ("base", "new"):
+        assert sum(f"{v} (HEAD) rep1 iteration" in line for line in lines) == 2, r.stdout
+    assert lines[-1].startswith("ratio base / new: ") and "(totals)" in lines[-1]
+    assert not os.path.exists(tmp_path / "base") and not os.path.exists(tmp_path / "new")
+    worktrees = subprocess.run(["git", "-C", ROOT, "worktree", "list"], capture_output=True)
+    assert str(tmp_path).encode() not in worktrees.stdout
+    bad = subprocess.run(
+        ["bash", script, "no-such-commit", "HEAD", "filtered_bc.py"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert bad.returncode == 2 and "not a commit: no-such-commit" in bad.stderr
