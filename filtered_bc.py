@@ -163,19 +163,26 @@ def main(args: Args):
     raw_actor, stop_ids = acc.unwrap_model(actor), newline_token_ids(tokenizer)
     fill = args.buffer_init and args.iterations > 0 and (args.dataset or args.scripted_episodes)
     data = warm_start_data(args) if args.offline_steps > 0 or fill else []  # BC and/or the buffer
-    state = RunState(args, buffer=deque(maxlen=args.buffer_size))
-    run = start_run(args, acc, state, tokenizer)
-    buffer, batch_rng = state.buffer, state.batch_rng
+    state = RunState(args, buffer=deque(maxlen=args.buffer_size), offline_eval=None)
+    run, buffer, batch_rng = start_run(args, acc, state, tokenizer), state.buffer, state.batch_rng
     evaluate_now = lambda: evaluate(raw_actor, tokenizer, args)  # noqa: E731
+    strip = lambda ev: {k: v for k, v in ev.items() if k != "example"}  # noqa: E731
 
+    # The start is the actor before both phases (--actor tiny: untrained), since filtered BC's
+    # online phase alone plateaus (the paper's finding; offline_eval, the BC actor's, shows it)
+    if state.start_eval is None:
+        state.start_eval = strip(evaluate_now())
+        acc.print(f"start (before BC): eval return {state.start_eval['return']:.2f}")
     # Offline phase (the BC warm start): clone the top --offline-rho of the data by return (1.0:
-    # BC / SFT); its episodes also start the online buffer. --iterations 0: the final evaluation is
-    # the result
+    # BC / SFT); its episodes also start the online buffer. --iterations 0: offline only
     bc_warm_start(run, actor, optimizer, top_rho(data, args.offline_rho), args.offline_steps)
     if args.buffer_init and not state.bc_done:
         buffer.extend(data)
-    if args.iterations > 0:
-        start_evaluation(run, evaluate_now)
+    if args.iterations > 0 and state.offline_eval is None:  # the BC actor: the online phase's start
+        state.offline_eval = strip(evaluate_now()) if args.offline_steps else state.start_eval
+        log_metrics(run.writer, eval_metrics(state.offline_eval), 0)
+        acc.print(result_line(state.start_eval, state.offline_eval).replace("result", "offline"))
+    start_evaluation(run, evaluate_now)  # the end of the warm start, checkpointed
     for group in optimizer.param_groups:
         group["lr"] = args.lr
 
@@ -197,17 +204,17 @@ def main(args: Args):
         # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
         metrics["charts/kept_episodes"] = len(kept)
         metrics["charts/kept_return_min"] = min(t["return"] for t in kept)
-        metrics.update(
-            {f"charts/{k}": v for k, v in utterance_stats(trajs, tokenizer, stop_ids).items()}
-        )
+        stats = utterance_stats(trajs, tokenizer, stop_ids)  # truncated / re-tokenised utterances
+        metrics |= {f"charts/{k}": v for k, v in stats.items()}
         log_iteration(run, iteration, metrics, evaluate_now, it0)
 
     # Final evaluation (sampled, and greedy), summary, saved model
     final, greedy = evaluate_now(), evaluate(raw_actor, tokenizer, args, greedy=True)
     if args.save_model and acc.is_main_process:
         save_pretrained_atomic(os.path.join(run.dir, "actor"), raw_actor, tokenizer)
-    offline_eval = state.start_eval or {k: final[k] for k in ("return", "success_rate")}
-    return finish_run(run, final, greedy, offline_eval=offline_eval)
+    if state.offline_eval:  # the online phase alone: the BC actor → the end
+        acc.print(result_line(state.offline_eval, final).replace("result", "online phase"))
+    return finish_run(run, final, greedy, offline_eval=state.offline_eval or strip(final))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -306,10 +313,8 @@ def load_actor(name: str, args):
 
         if args.gradient_checkpointing:
             model.enable_input_require_grads()
-        lora = dict(
-            r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=args.lora_target_modules
-        )
-        model = get_peft_model(model, LoraConfig(**lora, lora_dropout=0.0, task_type="CAUSAL_LM"))
+        kw = dict(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0, task_type="CAUSAL_LM")
+        model = get_peft_model(model, LoraConfig(**kw, target_modules=args.lora_target_modules))
     return no_dropout(model), tokenizer
 
 
@@ -399,12 +404,9 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, options = (
-        newline_token_ids(tokenizer),
-        dict(max_turns=args.max_turns, oracle=args.oracle),
-    )
+    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
     act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
-    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **options)
+    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 
@@ -421,10 +423,8 @@ def utterance_stats(trajs, tokenizer, stop_ids):
 
 def sample_pairs(trajs, n: int, rng: random.Random, acc):
     """draw of n (observation, utterance, sampled ids or None) triples from the episodes' steps."""
-    steps = [
-        (s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]
-    ]
-    return draw(steps, n, rng, acc)
+    steps = [s for t in trajs for s in t["steps"]]
+    return draw([(s["observation"], s["action"], s.get("action_ids")) for s in steps], n, rng, acc)
 
 
 def bc_step(run, actor, optimizer, pairs):

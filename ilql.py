@@ -423,7 +423,7 @@ def main(args: Args):
     b, bg = behavior["return"], behavior_greedy["return"]
     acc.print(f"π_β alone (β = 0): return {b:.2f} (sampled), {bg:.2f} (greedy)")
     strip = lambda ev: {k: v for k, v in ev.items() if k != "example"}  # noqa: E731
-    extra = dict(behavior_eval=strip(behavior), behavior_eval_greedy=strip(behavior_greedy))
+    extra = dict(behavior_eval_greedy=strip(behavior_greedy))  # π_β sampled: start_eval_*
     extra |= dict(eval_returns_greedy=greedy["returns"], dataset=data_stats)
     return finish_run(run, final, greedy, start=behavior, **extra)
 
@@ -524,10 +524,8 @@ def load_actor(name: str, args):
 
         if args.gradient_checkpointing:
             model.enable_input_require_grads()
-        lora = dict(
-            r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=args.lora_target_modules
-        )
-        model = get_peft_model(model, LoraConfig(**lora, lora_dropout=0.0, task_type="CAUSAL_LM"))
+        kw = dict(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0, task_type="CAUSAL_LM")
+        model = get_peft_model(model, LoraConfig(**kw, target_modules=args.lora_target_modules))
     return no_dropout(model), tokenizer
 
 
@@ -601,12 +599,9 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, options = (
-        newline_token_ids(tokenizer),
-        dict(max_turns=args.max_turns, oracle=args.oracle),
-    )
+    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
     act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
-    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **options)
+    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 

@@ -503,10 +503,8 @@ def load_actor(name: str, args):
 
         if args.gradient_checkpointing:
             model.enable_input_require_grads()
-        lora = dict(
-            r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=args.lora_target_modules
-        )
-        model = get_peft_model(model, LoraConfig(**lora, lora_dropout=0.0, task_type="CAUSAL_LM"))
+        kw = dict(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0, task_type="CAUSAL_LM")
+        model = get_peft_model(model, LoraConfig(**kw, target_modules=args.lora_target_modules))
     return no_dropout(model), tokenizer
 
 
@@ -616,12 +614,9 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, options = (
-        newline_token_ids(tokenizer),
-        dict(max_turns=args.max_turns, oracle=args.oracle),
-    )
+    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
     act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
-    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **options)
+    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 
@@ -638,10 +633,8 @@ def utterance_stats(trajs, tokenizer, stop_ids):
 
 def sample_pairs(trajs, n: int, rng: random.Random, acc):
     """draw of n (observation, utterance, sampled ids or None) triples from the episodes' steps."""
-    steps = [
-        (s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]
-    ]
-    return draw(steps, n, rng, acc)
+    steps = [s for t in trajs for s in t["steps"]]
+    return draw([(s["observation"], s["action"], s.get("action_ids")) for s in steps], n, rng, acc)
 
 
 def nll_loss(logprobs):

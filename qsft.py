@@ -420,7 +420,7 @@ def main(args: Args):
             f"use them with --behavior-policy {run.dir}/behavior --actor {run.dir}/likelihood "
             "--likelihood-init actor"
         )
-    return finish_run(run, final, greedy, dataset=data_stats, start_eval=state.start_eval)
+    return finish_run(run, final, greedy, dataset=data_stats)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -519,10 +519,8 @@ def load_actor(name: str, args):
 
         if args.gradient_checkpointing:
             model.enable_input_require_grads()
-        lora = dict(
-            r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=args.lora_target_modules
-        )
-        model = get_peft_model(model, LoraConfig(**lora, lora_dropout=0.0, task_type="CAUSAL_LM"))
+        kw = dict(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0, task_type="CAUSAL_LM")
+        model = get_peft_model(model, LoraConfig(**kw, target_modules=args.lora_target_modules))
     return no_dropout(model), tokenizer
 
 
@@ -612,21 +610,16 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, options = (
-        newline_token_ids(tokenizer),
-        dict(max_turns=args.max_turns, oracle=args.oracle),
-    )
+    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
     act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
-    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **options)
+    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 
 def sample_pairs(trajs, n: int, rng: random.Random, acc):
     """draw of n (observation, utterance, sampled ids or None) triples from the episodes' steps."""
-    steps = [
-        (s["observation"], s["action"], s.get("action_ids")) for t in trajs for s in t["steps"]
-    ]
-    return draw(steps, n, rng, acc)
+    steps = [s for t in trajs for s in t["steps"]]
+    return draw([(s["observation"], s["action"], s.get("action_ids")) for s in steps], n, rng, acc)
 
 
 def nll_loss(logprobs):

@@ -412,14 +412,14 @@ def qsft_report(game, runs, results, name="qsft"):
         )
         if key == "qsft":  # the gain over its own SFT start on the same episodes, per seed
             avg = lambda v: sum(v) / len(v)  # noqa: E731
-            gain = [avg(x["eval_returns"]) - avg(x["start_eval"]["returns"]) for x in s]
+            gain = [avg(x["eval_returns"]) - avg(x["start_eval_returns"]) for x in s]
             rows[-1]["Q-SFT − its π_φ (paired)"] = fmt(*mean_se(gain))
             rows.append(
                 {
                     "method": "Q-SFT's π_φ (β = 0)",
                     "seeds": len(s),
-                    "return (± s.e.)": fmt(*mean_se([x["start_eval"]["return"] for x in s])),
-                    "success": fmt(mean_std([x["start_eval"]["success_rate"] for x in s])[0]),
+                    "return (± s.e.)": fmt(*mean_se([x["start_eval_return"] for x in s])),
+                    "success": fmt(mean_std([x["start_eval_success_rate"] for x in s])[0]),
                     "greedy return": "n/a",
                     "paper (Table 1)": "",
                     "Q-SFT − its π_φ (paired)": "",
@@ -430,8 +430,8 @@ def qsft_report(game, runs, results, name="qsft"):
                 {
                     "method": "ILQL's π_β (β = 0)",
                     "seeds": len(s),
-                    "return (± s.e.)": fmt(*mean_se([x["behavior_eval"]["return"] for x in s])),
-                    "success": fmt(mean_std([x["behavior_eval"]["success_rate"] for x in s])[0]),
+                    "return (± s.e.)": fmt(*mean_se([x["start_eval_return"] for x in s])),
+                    "success": fmt(mean_std([x["start_eval_success_rate"] for x in s])[0]),
                     "greedy return": fmt(
                         mean_std([x["behavior_eval_greedy"]["return"] for x in s])[0]
                     ),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate every CPU-scale benchmark result (tiny models; 10-word Twenty Questions, Guess My City, Overcooked, VirtualHome) into
-# benchmark/results/. About 8.5 hours on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
+# benchmark/results/. About 9.5 hours on 2 cores. Finished runs under runs/benchmark/ are skipped, so an interrupted run continues;
 # delete runs/benchmark/ to start over. Extra arguments go to benchmark/online.py (e.g. --seeds 1 2 3 --jobs 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,4 +22,5 @@ python benchmark/offline_qsft.py --games wordle_small --steps 3000 --out runs/be
     --extra "--torch-threads 1"
 python benchmark/throughput.py         # rollout path vs bare generate; seconds per iteration per algorithm
 python benchmark/report.py             # -> benchmark/results/{results.md,online*_curves.png,*.csv,*.md}
+python benchmark/defaults.py || echo "a default run misses the bar: benchmark/results/defaults.md"  # ~1 h, alone
 python -m pytest -q -m slow -n 0      # the slow test tier: the long learning runs, one process (README, "Tests")

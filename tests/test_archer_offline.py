@@ -227,7 +227,7 @@ def test_smoke_iql_awr_save_reload_and_resume_equals_an_uninterrupted_run(tmp_pa
     summary = json.loads((d / "summary.json").read_text())
     assert (
         summary["dataset"]["episodes"] == 30
-        and summary["start_eval"] is not None
+        and summary["start_eval_returns"]
         and len(summary["history"]) == 2
     )
     assert -4 <= summary["eval_return"] <= 0 and "eval_return_greedy" in summary
@@ -387,8 +387,8 @@ def test_learning_iql_awr_from_the_bc_actor_raises_the_return(tmp_path, bc_actor
         )
     )
     s = json.loads((run_dir(tmp_path) / "summary.json").read_text())
-    rise, se = paired_difference(s["eval_returns"], s["start_eval"]["returns"])
-    assert rise > 2 * se, (s["start_eval"]["return"], s["eval_return"], rise, se)
+    rise, se = paired_difference(s["eval_returns"], s["start_eval_returns"])
+    assert rise > 2 * se, (s["start_eval_return"], s["eval_return"], rise, se)
 
 
 def test_preset_paper_sets_table_1s_variant_and_the_papers_critic(capsys):

@@ -348,7 +348,9 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
                  {"args": {"offline_steps": 3000}})  # fmt: skip
         extra = {
             "eval_returns": [end - 0.5, end + 0.5],
-            "start_eval": {"return": start, "success_rate": 0.4, "returns": [start] * 2},
+            "start_eval_return": start,
+            "start_eval_success_rate": 0.4,
+            "start_eval_returns": [start] * 2,
             "args": {"bc_steps": 3000},
             "eval_return_greedy": -3.5,
         }
@@ -379,7 +381,8 @@ def test_qsft_report_ilql_alone_gives_its_pi_beta_row_and_its_steps(tmp_path):
     for seed, (end, beta_ret) in enumerate([(-10.0, -14.0), (-11.0, -15.0)], 1):
         extra = {
             "args": {"iterations": 20, "updates_per_iter": 40},
-            "behavior_eval": {"return": beta_ret, "success_rate": 0.5},
+            "start_eval_return": beta_ret,  # π_β: its start
+            "start_eval_success_rate": 0.5,
             "behavior_eval_greedy": {"return": -20.0},
         }
         fake_run(str(root), "qsft_ilql/twenty_questions_subset", "ilql", seed, [end], (0,), extra)
@@ -510,3 +513,35 @@ def test_paired_timing_runs_two_commits_side_by_side(tmp_path):
         env=env,
     )
     assert bad.returncode == 2 and "not a commit: no-such-commit" in bad.stderr
+
+
+def test_defaults_judges_time_and_the_paired_gain_by_hand():
+    """benchmark/defaults.py's bar: ≤ 10 minutes and a paired gain beyond 2 s.e. Returns of three
+    episodes, start (-3, -2, -1), end (-1, 0, -1): differences 2, 2, 0 → mean 4/3, s.d. 2/√3,
+    s.e. 2/3: 2.0 s.e., not beyond 2; end (-1, 0, 0): 2, 2, 1 → 5/3, s.d. 1/√3, s.e. 1/3: beyond."""
+    import defaults
+
+    s = {"start_eval_returns": [-3, -2, -1], "start_eval_return": -2.0}
+    r = defaults.judge(s | {"eval_returns": [-1, 0, -1], "eval_return": -2 / 3}, 60.0)
+    assert abs(r["gain"] - 4 / 3) < 1e-9 and abs(r["se"] - 2 / 3) < 1e-9 and not r["ok"]
+    r = defaults.judge(s | {"eval_returns": [-1, 0, 0], "eval_return": -1 / 3}, 60.0)
+    assert abs(r["gain"] - 5 / 3) < 1e-9 and abs(r["se"] - 1 / 3) < 1e-9 and r["ok"]
+    assert not defaults.judge(s | {"eval_returns": [-1, 0, 0], "eval_return": 0}, 601.0)["ok"]
+    assert "| filtered_bc.py | 1 | 1.0 | -2.00 → -0.33 | +1.67 ± 0.33 (5.0 s.e.) | yes |" in (
+        defaults.table({("filtered_bc", 1): r})
+    )
+
+
+def test_defaults_runs_a_script_and_writes_the_table(tmp_path):
+    """One real (shrunk) run through the benchmark: the script's own summary.json gives the row,
+    and a second call finds the finished run instead of running it again."""
+    flags = "--scripted-episodes 30 --offline-steps 3 --iterations 1 --rollouts-per-iter 2 "
+    flags += "--actor-updates-per-iter 1 --batch-size 4 --eval-episodes 3 --max-new-tokens 8"
+    cmd = [sys.executable, "benchmark/defaults.py", "--scripts", "filtered_bc", "--out"]
+    cmd += [str(tmp_path / "runs"), "--table", str(tmp_path / "t.md"), "--flags", flags]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode in (0, 1), out.stderr  # 1: this shrunk run may miss the bar
+    line = (tmp_path / "t.md").read_text().splitlines()[-1]
+    assert line.startswith("| filtered_bc.py | 1 | ") and "s.e.)" in line
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert "$ " not in again.stdout and (tmp_path / "t.md").read_text().splitlines()[-1] == line

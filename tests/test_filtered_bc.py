@@ -147,8 +147,10 @@ def test_offline_only_from_a_dataset_file(tmp_path):
     out = tmp_path / "runs"
     fbc.main(small_args(out, dataset=str(path), iterations=0, offline_rho=0.5))
     summary = json.loads((run_dir(out) / "summary.json").read_text())
-    assert summary["episodes"] == 0 and "start_eval_return" not in summary  # no start evaluation
-    assert summary["offline_eval"]["return"] == summary["eval_return"]  # the final one is it
+    assert summary["episodes"] == 0 and summary["offline_eval"]["return"] == summary["eval_return"]
+    # the start is the actor before the offline phase, on the same episodes as the end
+    assert len(summary["start_eval_returns"]) == len(summary["eval_returns"])
+    assert summary["start_eval_returns"] != summary["eval_returns"]
 
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):

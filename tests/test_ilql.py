@@ -271,9 +271,8 @@ def test_smoke_save_reload_and_the_checkpoint(tmp_path):
     ilql.main(small_args(tmp_path, save_model=True))
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
-    assert len(summary["history"]) == 2 and len(summary["behavior_eval"]["returns"]) == 4
-    # no start evaluation: the result line (start_eval_*) compares π_β → π on the same episodes
-    assert summary["start_eval_returns"] == summary["behavior_eval"]["returns"]
+    assert len(summary["history"]) == 2 and len(summary["start_eval_returns"]) == 4  # π_β
+    assert len(summary["behavior_eval_greedy"]["returns"]) == 4  # π_β greedy, the same episodes
     assert len(summary["eval_returns_greedy"]) == 4 and summary["dataset"]["turns"] > 0
     ckpt = load_checkpoint(d)
     assert len(ckpt["models"]) == 2 and len(ckpt["custom"]) == 2  # π_β, value net; target, RunState
@@ -329,7 +328,7 @@ def test_pi_beta_is_trained_by_the_bc_term_alone(tmp_path):
     a, b = runs
     assert [h["losses/bc_nll"] for h in a["history"]] == [h["losses/bc_nll"] for h in b["history"]]
     assert [h["losses/q_loss"] for h in a["history"]] != [h["losses/q_loss"] for h in b["history"]]
-    assert a["behavior_eval"]["returns"] == b["behavior_eval"]["returns"]
+    assert a["start_eval_returns"] == b["start_eval_returns"]  # π_β: the same
 
 
 @pytest.mark.parametrize("env", ["wordle", "chess_endgame"])
@@ -401,7 +400,6 @@ def test_learning_the_decoded_policy_beats_its_own_pi_beta(tmp_path):
         )
     )
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
-    behavior = summary["behavior_eval"]
-    diff, se = paired_difference(summary["eval_returns"], behavior["returns"])
-    assert diff > 2 * se, (behavior["return"], summary["eval_return"], diff, se)
+    diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])  # π_β
+    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
     assert summary["eval_return_greedy"] >= summary["behavior_eval_greedy"]["return"]

@@ -326,7 +326,7 @@ def test_smoke_save_reload_and_the_checkpoint(tmp_path):
     qsft.main(small_args(tmp_path, save_model=True))
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
-    assert len(summary["history"]) == 2 and summary["start_eval"]["returns"]
+    assert len(summary["history"]) == 2 and summary["start_eval_returns"]
     assert 0 <= summary["dataset"]["mean_unit_return"] <= 1
     ckpt = load_checkpoint(d)
     assert len(ckpt["models"]) == 2 and len(ckpt["custom"]) == 2  # π_φ, p_θ; p_θ̄, RunState
@@ -351,7 +351,7 @@ def test_smoke_save_reload_and_the_checkpoint(tmp_path):
         )
     )
     out = json.loads((run_dir(tmp_path / "again") / "summary.json").read_text())
-    assert out["start_eval"]["returns"] == summary["start_eval"]["returns"]  # the same π_φ
+    assert out["start_eval_returns"] == summary["start_eval_returns"]  # the same π_φ
 
 
 @pytest.mark.parametrize("env", ["wordle", "chess_endgame"])
@@ -523,8 +523,8 @@ def test_learning_qsft_beats_its_sft_policy_and_p_theta_learns_the_reward(bc_act
     )
     d = run_dir(tmp_path)
     summary = json.loads((d / "summary.json").read_text())
-    diff, se = paired_difference(summary["eval_returns"], summary["start_eval"]["returns"])
-    assert diff > 2 * se, (summary["start_eval"]["return"], summary["eval_return"], diff, se)
+    diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
+    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
 
     beh, tok = qsft.load_actor(str(d / "behavior"), qsft.Args())
     lik, _ = qsft.load_actor(str(d / "likelihood"), qsft.Args())
