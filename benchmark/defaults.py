@@ -81,7 +81,8 @@ def main(argv=None):
         for script in a.scripts:
             rows[script, seed] = run_one(script, seed, a.out, shlex.split(a.flags))
             print(table({(script, seed): rows[script, seed]}).splitlines()[-1], flush=True)
-    text = table(rows)
+    head = f"`python benchmark/defaults.py`, {time.strftime('%Y-%m-%d')}, one run at a time:\n\n"
+    text = head + table(rows)
     os.makedirs(os.path.dirname(os.path.abspath(a.table)), exist_ok=True)
     open(a.table, "w").write(text + "\n")
     print(text)
