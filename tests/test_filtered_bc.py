@@ -148,9 +148,22 @@ def test_offline_only_from_a_dataset_file(tmp_path):
     fbc.main(small_args(out, dataset=str(path), iterations=0, offline_rho=0.5))
     summary = json.loads((run_dir(out) / "summary.json").read_text())
     assert summary["episodes"] == 0 and summary["offline_eval"]["return"] == summary["eval_return"]
-    # the start is the actor before the offline phase, on the same episodes as the end
-    assert len(summary["start_eval_returns"]) == len(summary["eval_returns"])
-    assert summary["start_eval_returns"] != summary["eval_returns"]
+    assert len(summary["start_eval_returns"]) == len(summary["eval_returns"])  # the same episodes
+
+
+def test_the_start_is_the_actor_before_the_offline_phase(tmp_path, monkeypatch):
+    """The result line's start (start_eval_*) is evaluated before the first BC step, the BC actor
+    (offline_eval) after the last one, and the online phase's evaluations after that."""
+    bc_steps, seen = [], []
+    step, evaluate = fbc.bc_step, fbc.evaluate
+    monkeypatch.setattr(fbc, "bc_step", lambda *a: bc_steps.append(1) or step(*a))
+    counted = lambda *a, **k: seen.append(len(bc_steps)) or evaluate(*a, **k)  # noqa: E731
+    monkeypatch.setattr(fbc, "evaluate", counted)
+    fbc.main(small_args(tmp_path, iterations=1, eval_every=0, checkpoint_every=0))
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    # untrained, the BC actor (4 steps), the end sampled and greedy (4 + 2 online steps)
+    assert seen == [0, 4, 6, 6]
+    assert "example" not in summary["offline_eval"] and len(summary["start_eval_returns"]) == 4
 
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):
