@@ -168,13 +168,13 @@ def main(args: Args):
     evaluate_now = lambda: evaluate(raw_actor, tokenizer, args)  # noqa: E731
     strip = lambda ev: {k: v for k, v in ev.items() if k != "example"}  # noqa: E731
 
-    # The start is the actor before both phases (--actor tiny: untrained), since filtered BC's
-    # online phase alone plateaus (the paper's finding; offline_eval, the BC actor's, shows it)
-    if state.start_eval is None:
+    # The start: the actor before both phases (tiny: untrained; --iterations 0: none, the final is
+    # the result), as filtered BC's online phase alone plateaus (the paper's; offline_eval shows it)
+    if state.start_eval is None and args.iterations > 0 and not state.bc_step:
         state.start_eval = strip(evaluate_now())
         acc.print(f"start (before BC): eval return {state.start_eval['return']:.2f}")
     # Offline phase (the BC warm start): clone the top --offline-rho of the data by return (1.0:
-    # BC / SFT); its episodes also start the online buffer. --iterations 0: offline only
+    # BC / SFT); its episodes also start the online buffer
     bc_warm_start(run, actor, optimizer, top_rho(data, args.offline_rho), args.offline_steps)
     if args.buffer_init and not state.bc_done:
         buffer.extend(data)
@@ -182,7 +182,7 @@ def main(args: Args):
         state.offline_eval = strip(evaluate_now()) if args.offline_steps else state.start_eval
         log_metrics(run.writer, eval_metrics(state.offline_eval), 0)
         acc.print(result_line(state.start_eval, state.offline_eval).replace("result", "offline"))
-    start_evaluation(run, evaluate_now)  # the end of the warm start, checkpointed
+        start_evaluation(run, evaluate_now)  # the end of the warm start, checkpointed
     for group in optimizer.param_groups:
         group["lr"] = args.lr
 

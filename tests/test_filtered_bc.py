@@ -148,7 +148,7 @@ def test_offline_only_from_a_dataset_file(tmp_path):
     fbc.main(small_args(out, dataset=str(path), iterations=0, offline_rho=0.5))
     summary = json.loads((run_dir(out) / "summary.json").read_text())
     assert summary["episodes"] == 0 and summary["offline_eval"]["return"] == summary["eval_return"]
-    assert len(summary["start_eval_returns"]) == len(summary["eval_returns"])  # the same episodes
+    assert "start_eval_return" not in summary  # offline only: no start evaluation, the final is it
 
 
 def test_the_start_is_the_actor_before_the_offline_phase(tmp_path, monkeypatch):
