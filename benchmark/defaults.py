@@ -72,8 +72,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--scripts", nargs="+", default=SCRIPTS, choices=SCRIPTS, help="which scripts")
     p.add_argument("--seeds", nargs="+", type=int, default=[1], help="seeds (default: 1)")
-    p.add_argument("--out", default="runs/benchmark/defaults", help="folder of the runs")
-    p.add_argument("--table", default="benchmark/results/defaults.md", help="the table's file")
+    p.add_argument("--out", default=os.path.join(ROOT, "runs/benchmark/defaults"), help="the runs")
+    table_md = os.path.join(ROOT, "benchmark/results/defaults.md")
+    p.add_argument("--table", default=table_md, help="the table's file (markdown)")
     p.add_argument("--flags", default="", help="extra flags for every run (tests only)")
     a = p.parse_args(argv)
     rows = {}
