@@ -173,8 +173,7 @@ def main(args: Args):
     if state.start_eval is None and args.iterations > 0 and not state.bc_step:
         state.start_eval = strip(evaluate_now())
         acc.print(f"start (before BC): eval return {state.start_eval['return']:.2f}")
-    # Offline phase (the BC warm start): clone the top --offline-rho of the data by return (1.0:
-    # BC / SFT); its episodes also start the online buffer
+    # Offline phase (the BC warm start) on the top --offline-rho by return (1.0: SFT); the buffer
     bc_warm_start(run, actor, optimizer, top_rho(data, args.offline_rho), args.offline_steps)
     if args.buffer_init and not state.bc_done:
         buffer.extend(data)
@@ -606,10 +605,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
         try:  # nothing was written before this point
             acc.load_state(os.path.join(run_dir, "checkpoint"))
         except Exception as e:
-            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            raise SystemExit(
-                f"--resume {run_dir}: the checkpoint cannot be loaded ({why})"
-            ) from None
+            why = f"--resume {run_dir}: the checkpoint cannot be loaded ({type(e).__name__}: "
+            raise SystemExit(why + f"{str(e).splitlines()[0] if str(e) else ''})") from None
         state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
     elif acc.is_main_process:
         name = f"{args.output_dir}/{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"

@@ -773,10 +773,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
         try:  # nothing was written before this point
             acc.load_state(os.path.join(run_dir, "checkpoint"))
         except Exception as e:
-            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            raise SystemExit(
-                f"--resume {run_dir}: the checkpoint cannot be loaded ({why})"
-            ) from None
+            why = f"--resume {run_dir}: the checkpoint cannot be loaded ({type(e).__name__}: "
+            raise SystemExit(why + f"{str(e).splitlines()[0] if str(e) else ''})") from None
         state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
     elif acc.is_main_process:
         name = f"{args.output_dir}/{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"

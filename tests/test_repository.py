@@ -88,15 +88,15 @@ BELOW_MAIN, MAIN, LOOP_START = 500, 200, 60
 # script carries is 530-700 lines (docs/usage.md "Code layout" says why). Until they are, no script
 # may grow: (lines in all, lines below main) as of 2026-11-28. Lower these as scripts shrink.
 CEILING = {
-    "archer.py": (1143, 692),
-    "archer_offline.py": (1028, 589),
-    "chai.py": (1060, 659),
-    "filtered_bc.py": (846, 629),
-    "gigpo.py": (1058, 632),
-    "ilql.py": (960, 532),
-    "poad.py": (1189, 694),
-    "ppo_token.py": (1096, 689),
-    "qsft.py": (1024, 601),
+    "archer.py": (1141, 690),
+    "archer_offline.py": (1026, 587),
+    "chai.py": (1058, 657),
+    "filtered_bc.py": (843, 627),
+    "gigpo.py": (1056, 630),
+    "ilql.py": (958, 530),
+    "poad.py": (1187, 692),
+    "ppo_token.py": (1094, 687),
+    "qsft.py": (1022, 599),
 }
 
 
