@@ -545,3 +545,23 @@ def test_defaults_runs_a_script_and_writes_the_table(tmp_path):
     assert line.startswith("| filtered_bc.py | 1 | ") and "s.e.)" in line
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert "$ " not in again.stdout and (tmp_path / "t.md").read_text().splitlines()[-1] == line
+
+
+def test_tokenizer_copy_measures_what_the_words_split_changes_on_webshop():
+    """benchmark/tokenizer_copy.py (issue 55): its `newline` tokenizer is the scripts' own
+    (train_tiny_tokenizer: the same ids), and on WebShop's scripted episodes the `words` split
+    makes every copied click target the same token sequence as on the page, where today's split
+    leaves most of them different (16 of 107 token-for-token with the 3,000-text corpus), at
+    longer observations."""
+    import archer
+    import envs
+    import tokenizer_copy
+
+    texts = envs.corpus("webshop", 300)
+    ours, theirs = tokenizer_copy.tokenizer(texts, "newline"), archer.train_tiny_tokenizer(texts)
+    assert all(ours(t)["input_ids"] == theirs(t)["input_ids"] for t in texts[:50])
+    r = tokenizer_copy.measure("webshop", 5, 300, splits=("newline", "words"))
+    ok, total = r["words"]["copies"]
+    assert total >= 5 and ok == total, r
+    assert r["newline"]["copies"][0] < total / 2, r
+    assert r["words"]["obs"] > r["newline"]["obs"], r

@@ -1,0 +1,140 @@
+"""Issue 55, lever 1: does the `tiny` tokenizer let an actor copy an identifier from the page?
+
+The tiny actor's tokenizer (train_tiny_tokenizer, the same in every script) is byte-level BPE split
+only at newlines, so merges cross word and bracket boundaries: WebShop's page line `[B0M2WSW6P8]`
+and the command `click[B0M2WSW6P8]` are different token sequences, and the copy has no token to
+start from. This trains the tokenizer on each env's corpus under three pre-tokenisations and
+measures, on scripted episodes:
+
+  newline  today's: split at newlines only (must equal train_tiny_tokenizer; checked here)
+  words    newline, then a word with its leading space ([A-Za-z0-9_'-]+) or one other character
+           as its own piece: words never merge with their neighbours
+  gpt2     GPT-2's byte-level regex
+
+per env: the mean tokens of the episode's last observation (the sequence-length cost), the mean
+tokens of an action, and, where an action copies an argument from the page (WebShop `click[...]`,
+ALFWorld's objects and receptacles), how many copies are token-for-token: the action's tokens that
+cover the argument start and end on its characters (a leading space allowed) and occur contiguously
+in the observation's ids.
+
+    python benchmark/tokenizer_copy.py                       # every env (~10 minutes on 2 cores)
+    python benchmark/tokenizer_copy.py --envs webshop alfworld_pick --episodes 10
+"""
+
+import argparse
+import os
+import re
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import envs  # noqa: E402
+
+SPLITS = {
+    "newline": [r"\n"],
+    "words": [r"\n", r" ?[A-Za-z0-9_'-]+| ?[^\sA-Za-z0-9_'-]|\s+"],
+    "gpt2": None,  # byte-level's own regex
+}
+VERBS = "take|put|go to|open|close|heat|cool|clean|use|examine"
+ALFWORLD_ARG = re.compile(rf"(?:{VERBS}) (.+?)(?: (?:from|in/on|with) .*)?$")
+
+
+def tokenizer(texts, split: str, vocab_size: int = 1024):
+    """The tiny tokenizer's BPE (vocabulary, special token, byte alphabet as train_tiny_tokenizer)
+    under the pre-tokenisation `split` (a key of SPLITS)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers as pre, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok, special = Tokenizer(models.BPE()), "<|endoftext|>"
+    if SPLITS[split] is None:
+        tok.pre_tokenizer = pre.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        pieces = [pre.Split(Regex(r), behavior="isolated") for r in SPLITS[split]]
+        byte_level = pre.ByteLevel(add_prefix_space=False, use_regex=False)
+        tok.pre_tokenizer = pre.Sequence([*pieces, byte_level])
+    kw = dict(special_tokens=[special], show_progress=False)
+    kw["initial_alphabet"] = pre.ByteLevel.alphabet()
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, **kw))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=special, pad_token=special)
+
+
+def copied_argument(name: str, action: str):
+    """The part of `action` the page must supply: WebShop's click target, ALFWorld's object."""
+    m = re.fullmatch(r"click\[(.*)\]", action)
+    if m:
+        return m.group(1)
+    m = ALFWORLD_ARG.fullmatch(action) if name.startswith("alfworld") else None
+    return m.group(1) if m else None
+
+
+def copies_token_for_token(tok, obs: str, action: str, arg: str) -> bool:
+    """The action's tokens covering `arg` start and end on its characters (one leading space
+    allowed) and occur contiguously in the observation's ids."""
+    enc = tok(action + "\n", add_special_tokens=False, return_offsets_mapping=True)
+    lo = action.index(arg)
+    hi = lo + len(arg)
+    pieces = zip(enc["input_ids"], enc["offset_mapping"])
+    span = [(t, x, y) for t, (x, y) in pieces if x < hi and y > lo]  # the tokens covering arg
+    if not span or span[0][1] < lo - 1 or span[-1][2] > hi:
+        return False
+    ids, page = [t for t, _, _ in span], tok(obs, add_special_tokens=False)["input_ids"]
+    return any(page[i : i + len(ids)] == ids for i in range(len(page) - len(ids) + 1))
+
+
+def measure(name: str, episodes: int, corpus: int, splits=tuple(SPLITS)):
+    """{split: dict(obs=mean last-observation tokens, act=mean action tokens, copies=(ok, of))}."""
+    texts, trajs = envs.corpus(name, corpus), envs.collect_scripted(name, episodes)
+    eps = [[(st["observation"], st["action"]) for st in t["steps"]] for t in trajs]
+    out = {}
+    for split in splits:
+        tok = tokenizer(texts, split)
+        n_ids = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+        obs = [n_ids(steps[-1][0]) for steps in eps]
+        act = [n_ids(a + "\n") for steps in eps for _, a in steps]
+        ok = total = 0
+        for o, a in (step for steps in eps for step in steps):
+            arg = copied_argument(name, a)
+            if arg and arg in o:
+                total += 1
+                ok += copies_token_for_token(tok, o, a, arg)
+        out[split] = dict(obs=sum(obs) / len(obs), act=sum(act) / len(act), copies=(ok, total))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--envs", nargs="+", default=envs.names(), help="envs (default: all)")
+    p.add_argument("--episodes", type=int, default=30, help="scripted episodes per env")
+    p.add_argument("--corpus", type=int, default=3000, help="texts the tokenizer trains on")
+    p.add_argument("--out", default="", help="also write the table (markdown) here")
+    a = p.parse_args(argv)
+    unknown = sorted(set(a.envs) - set(envs.names()))
+    if unknown:
+        raise SystemExit(f"--envs: {unknown}: choose from {envs.names()}")
+    lines = ["| env | last observation, tokens: newline → words (×) / gpt2 | action tokens: "]
+    lines[0] += "newline → words | copies token-for-token: newline → words / gpt2 |"
+    lines.append("|---|---|---|---|")
+    for name in a.envs:
+        t0 = time.time()
+        try:
+            r = measure(name, a.episodes, a.corpus)
+        except (ImportError, OSError, RuntimeError) as e:  # a missing package or binary
+            print(f"{name}: skipped ({e})", flush=True)
+            continue
+        nl, w, g = r["newline"], r["words"], r["gpt2"]
+        cop = lambda x: f"{x['copies'][0]}/{x['copies'][1]}"  # noqa: E731
+        copies = f"{cop(nl)} → {cop(w)} / {cop(g)}" if nl["copies"][1] else "–"
+        lines.append(
+            f"| {name} | {nl['obs']:.0f} → {w['obs']:.0f} ({w['obs'] / nl['obs']:.1f}×) / "
+            f"{g['obs']:.0f} | {nl['act']:.1f} → {w['act']:.1f} | {copies} |"
+        )
+        print(lines[-1], f"({time.time() - t0:.0f} s)", flush=True)
+    if a.out:
+        open(a.out, "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
