@@ -112,8 +112,8 @@ class Args:
     """BC learning rate (tiny models; ~3e-5 for GPT-2-size models)"""
     bc_batch_size: int = 64
     """(observation, utterance) pairs per BC step (paper's SFT: 32)"""
-    iterations: int = 15
-    """PPO iterations: fresh rollouts, --ppo-epochs of updates, then discarded"""
+    iterations: int = 10
+    """PPO iterations: fresh rollouts, --ppo-epochs of updates, discarded (10: docs/ppo_token.md)"""
     rollouts_per_iter: int = 64
     """episodes collected per iteration, split over processes (paper: 1024–2048)"""
     ppo_epochs: int = 4
