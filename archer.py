@@ -82,11 +82,9 @@ class Args:
     """critic inputs are left-truncated to this many tokens"""
     critic_input: Literal["separate", "joint"] = "separate"
     """the critic's action input: 'separate' (the paper's: a alone, Q heads on [enc(s), enc(a)]) or
-    'joint' (our ablation: s followed by a, Q heads on [enc(s), enc(s a)], so the encoder reads them
-    together, as in the paper's GPT-2-critic ablation)"""
+    'joint' (our ablation, as the paper's GPT-2 critic: s then a, Q heads on [enc(s), enc(s a)])"""
     advantage_critic: Literal["online", "target"] = "online"
-    """whose Q − V is the actor's advantage A(s, a) in Eqs. (3)–(5): 'online' (the paper's: θ, ψ)
-    or 'target' (our ablation: the Polyak-averaged θ̄, ψ̄; docs/archer.md)"""
+    """A(s, a) = Q − V of Eqs. (3)–(5) from 'online' (paper's: θ, ψ) or 'target' (ablation: θ̄, ψ̄)"""
     lora_r: int = 0
     """LoRA rank for the actor (0 = full fine-tuning)"""
     lora_alpha: int = 16
@@ -119,16 +117,18 @@ class Args:
     """BC warm-start steps before RL (0 when --actor is already an SFT checkpoint)"""
     bc_lr: float = 1e-3
     """BC learning rate (tiny models; ~3e-5 for GPT-2-size models)"""
+    bc_batch_size: int = 64
+    """(observation, utterance) pairs per BC step (--batch-size is the RL steps')"""
     buffer_init: bool = True
     """start the replay buffer with the BC data's transitions (Algorithm 1, line 2)"""
-    iterations: int = 64
-    """online iterations of Algorithm 1 (0 = BC warm start only; 64 x 16 = 1,024 episodes)"""
+    iterations: int = 40
+    """online iterations of Algorithm 1 (0 = BC warm start only; 40 x 16 = 640 episodes, ~9 min)"""
     rollouts_per_iter: int = 16
     """episodes collected per iteration, split over processes (paper: 128)"""
     buffer_size: int = 10000
     """replay buffer capacity in transitions (paper: 10,000)"""
-    batch_size: int = 64
-    """transitions or states per gradient step (paper: 256)"""
+    batch_size: int = 32
+    """transitions or states per gradient step (paper: 256; the long runs in docs/archer.md: 64)"""
     micro_batch_size: int = 64
     """items per forward pass; micro-batch gradients are averaged"""
     critic_lr: float = 6e-4
@@ -1118,12 +1118,12 @@ def cli():
         sys.exit(2)
 
 
-# --preset paper (and auto with a pretrained actor): App. F Table 2, the "ArCHer" rows of each env's
-# column ("polyak alpha 0.9" is tau 0.1; the SFT row's lr 2e-4 is bc_lr) and the paper's critic. Not
-# from the table: the BC warm start uses --batch-size (the table's SFT batch is 32), baseline_lr.
+# --preset paper (and auto with a pretrained actor): App. F Table 2, the "ArCHer" and SFT rows of
+# each env's column ("polyak alpha 0.9" is tau 0.1), the paper's critic; not from it: baseline_lr.
 PAPER_SOURCE = "the ArCHer paper's Table 2"
-_TABLE2 = dict(bc_lr=2e-4, critic_lr=6e-4, batch_size=256, buffer_size=10000, tau=0.1)
-_TABLE2 |= dict(critic_updates_per_iter=50, actor_updates_per_iter=3, critic="roberta-base")
+_TABLE2 = dict(bc_lr=2e-4, bc_batch_size=32, batch_size=256, critic_lr=6e-4, tau=0.1)
+_TABLE2 |= dict(buffer_size=10000, critic_updates_per_iter=50, actor_updates_per_iter=3)
+_TABLE2 |= dict(critic="roberta-base")
 PAPER = {
     "detective": dict(actor_lr=3e-4, rollouts_per_iter=128, gamma=0.98, warmup_iters=10),
     "twenty_questions_subset": dict(

@@ -6,7 +6,7 @@ from a repeated one? (ArCHer's long-run collapse; docs/archer.md, "What did not 
     python benchmark/archer_critic_probe.py --run runs/<run>      # probe an archer.py run's critic
 
 Offline mode trains archer.py's critic with its own losses (Eq. 1 and Eq. 2, double heads, Polyak
-target, archer.py's batch size and learning rate) on scripted episodes of the 10-word Twenty
+target, archer.py's learning rate, batch 64) on scripted episodes of the 10-word Twenty
 Questions, with one difference: Eq. (2)'s a ~ π is the data's action (there is no actor here), so V
 is the data policy's value. Every --probe-every steps it evaluates A(s, a) = min Q(s, a) − min V(s)
 on held-out scripted states (turn >= 2) for four actions per state:

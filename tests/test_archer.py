@@ -635,22 +635,22 @@ def test_learning_archer_short_run_raises_the_return(tmp_path, bc_actor):
 
 @pytest.mark.slow
 def test_learning_archer_keeps_improving_and_drops_useless_questions(tmp_path, bc_actor):
-    """ArCHer's default run from the shared BC actor (conftest.py): 64 iterations (1,024 episodes;
-    the first 10 iterations critic-only), actor lr 5e-5, evaluated every 16 iterations on the same
-    200 episodes. Asserted: (1) the return rises beyond 2 paired s.e.; (2) no collapse: the final
-    return is not below the best mid-run evaluation by more than 1.0 (the old defaults, actor lr
-    1.5e-4, collapsed on seed 3 from a best of -9.16 at 512 episodes to -12.16 at 1,024: a drop of
-    3.0; at 5e-5 seeds 1-3 ended within 0.2 of their best, docs/archer.md); (3) the mechanism the
-    critic teaches: the BC actor copies the scripted policy's uninformative questions, the critic
-    rates them below informative ones, and the actor's exact probability of asking one, on 200
-    scripted states, falls by a fifth or more. Measured (pinned requirements, 2 torch threads): BC
-    -11.90, then -11.23 / -9.55 / -9.08 at 256 / 512 / 768 episodes and -8.86 at 1,024 (the best:
-    margin 1.2 to the bound), paired gain +3.04 +- 0.60 (5.0 s.e.); useless-question probability
-    0.241 -> 0.073. ~25 minutes alone on 2 cores (36 with another run beside it). Re-measured
-    2026-11-27 after issue 38's up-front fresh samples (`-n 0`: one process, 2 threads; BC actor
-    -11.33): -11.10 / -10.14 / -9.38 at 256 / 512 / 768, -8.75 at 1,024, +2.58 +- 0.60 (4.3 s.e.);
-    18 minutes plus 4 for the BC fixture. With one thread per pytest-xdist worker (`-n 2`) the
-    same test ended at -10.61 from -11.76 (another BC actor) and failed: run the slow tier with
+    """ArCHer's long run (the default until 2026-11-28) from the shared BC actor (conftest.py): 64
+    iterations (1,024 episodes; the first 10 critic-only), batch 64, actor lr 5e-5, evaluated every
+    16 iterations on the same 200 episodes. Asserted: (1) the return rises beyond 2 paired s.e.; (2)
+    no collapse: the final return is not below the best mid-run evaluation by more than 1.0 (the old
+    defaults, actor lr 1.5e-4, collapsed on seed 3 from a best of -9.16 at 512 episodes to -12.16 at
+    1,024: a drop of 3.0; at 5e-5 seeds 1-3 ended within 0.2 of their best, docs/archer.md); (3) the
+    mechanism the critic teaches: the BC actor copies the scripted policy's uninformative questions,
+    the critic rates them below informative ones, and the actor's exact probability of asking one,
+    on 200 scripted states, falls by a fifth or more. Measured (pinned requirements, 2 torch
+    threads): BC -11.90, then -11.23 / -9.55 / -9.08 at 256 / 512 / 768 episodes and -8.86 at 1,024
+    (the best: margin 1.2 to the bound), paired gain +3.04 +- 0.60 (5.0 s.e.); useless-question
+    probability 0.241 -> 0.073. ~25 minutes alone on 2 cores (36 with another run beside it).
+    Re-measured 2026-11-27 after issue 38's up-front fresh samples (`-n 0`: one process, 2 threads;
+    BC actor -11.33): -11.10 / -10.14 / -9.38 at 256 / 512 / 768, -8.75 at 1,024, +2.58 +- 0.60 (4.3
+    s.e.); 18 minutes plus 4 for the BC fixture. With one thread per pytest-xdist worker (`-n 2`)
+    the same test ended at -10.61 from -11.76 (another BC actor) and failed: run the slow tier with
     `-n 0`."""
     actor_dir, _ = bc_actor
     archer.main(
@@ -658,6 +658,8 @@ def test_learning_archer_keeps_improving_and_drops_useless_questions(tmp_path, b
             output_dir=str(tmp_path),
             actor=actor_dir,
             bc_steps=0,
+            iterations=64,
+            batch_size=64,
             eval_every=16,
             eval_episodes=200,
             checkpoint_every=0,
@@ -687,7 +689,7 @@ def test_learning_archer_keeps_improving_and_drops_useless_questions(tmp_path, b
 @pytest.mark.slow
 def test_learning_archer_on_guess_my_city(tmp_path, gmc_bc_actor):
     """The headline game at CPU scale: from the Guess My City BC actor (conftest.py: 1,600 steps on
-    the habitual scripted questioner's episodes), ArCHer with its defaults for 20 iterations (the
+    the habitual scripted questioner's episodes), ArCHer at batch 64 for 20 iterations (the
     first 10 critic-only; 320 episodes: the README's Guess My City command) raises the evaluated
     return beyond 2 paired s.e. on the same 200 episodes. Measured (pinned requirements, 2 torch
     threads): BC -9.70, success 0.91 (bound 0.5); ArCHer -7.64, paired gain +2.05 +- 0.36 (5.7
@@ -701,6 +703,7 @@ def test_learning_archer_on_guess_my_city(tmp_path, gmc_bc_actor):
             actor=actor_dir,
             bc_steps=0,
             iterations=20,
+            batch_size=64,
             eval_every=0,
             eval_episodes=200,
             checkpoint_every=0,
@@ -866,6 +869,7 @@ def test_preset_paper_sets_table_2_and_command_line_flags_win(capsys):
         if name not in ("actor_lr", "gamma"):
             assert getattr(args, name) == value, name
     assert (args.bc_lr, args.batch_size, args.rollouts_per_iter) == (2e-4, 256, 128)
+    assert args.bc_batch_size == 32  # the table's SFT row
     assert args.baseline_updates_per_iter == 60 and args.warmup_iters == 10 and args.tau == 0.1
     assert args.critic == "roberta-base"
     line = capsys.readouterr().out
