@@ -19,6 +19,8 @@ in the observation's ids.
 
     python benchmark/tokenizer_copy.py                       # every env (35 s for the 20Q subset)
     python benchmark/tokenizer_copy.py --envs webshop alfworld_pick --episodes 10
+    python benchmark/tokenizer_copy.py --envs webshop --write-actor ws_words  # --actor ws_words
+    python benchmark/tokenizer_copy.py --envs webshop --clicks runs/<run>/actor --episodes 100
 """
 
 import argparse
@@ -57,7 +59,45 @@ def tokenizer(texts, split: str, vocab_size: int = 1024):
     kw["initial_alphabet"] = pre.ByteLevel.alphabet()
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, **kw))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=special, pad_token=special)
+    specials = dict.fromkeys(("eos_token", "pad_token", "bos_token", "unk_token"), special)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **specials)
+
+
+def write_actor(name: str, split: str, corpus: int, out: str):
+    """An untrained actor folder in the scripts' `tiny` shape (4 layers, 128 wide, 512 positions)
+    whose tokenizer uses `split`: `--actor OUT` trains it with any script."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = tokenizer(envs.corpus(name, corpus), split)
+    eos, shape = tok.eos_token_id, dict(n_positions=512, n_embd=128, n_layer=4, n_head=4)
+    config = GPT2Config(vocab_size=len(tok), **shape, bos_token_id=eos, eos_token_id=eos)
+    GPT2LMHeadModel(config).save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def click_copies(actor: str, name: str, episodes: int):
+    """The actor's sampled episodes on filtered_bc.py's evaluation episodes: (mean score, s.e.,
+    valid code clicks, code clicks); a code click is valid when `[code]` is on its page."""
+    import torch
+
+    sys.argv = sys.argv[:1]
+    import filtered_bc as fb
+
+    args = fb.Args(env=name, actor=actor)
+    model, tok = fb.load_actor(actor, args)
+    targets = envs.make(name).targets
+    targets = [targets[i % len(targets)] for i in range(episodes)]
+    torch.manual_seed(fb.EVAL_SEED)
+    with torch.no_grad():
+        trajs, _ = fb.run_episodes(model.eval(), tok, args, episodes, fb.EVAL_SEED, False, targets)
+    stats = envs.episode_stats(trajs)
+    return stats["return"], stats["return_se"], *valid_clicks(trajs)
+
+
+def valid_clicks(trajs):
+    """(valid, all) WebShop code clicks (`click[B0...]`): valid when `[code]` is on its page."""
+    clicks = [s for t in trajs for s in t["steps"] if re.fullmatch(r"click\[B0\w+\]", s["action"])]
+    return sum(s["action"][5:] in s["observation"] for s in clicks), len(clicks)
 
 
 def copied_argument(name: str, action: str):
@@ -109,9 +149,19 @@ def main(argv=None):
     p.add_argument("--episodes", type=int, default=30, help="scripted episodes per env")
     p.add_argument("--corpus", type=int, default=3000, help="texts the tokenizer trains on")
     p.add_argument("--out", default="", help="also write the table (markdown) here")
+    p.add_argument("--write-actor", default="", help="write an untrained actor with --split here")
+    p.add_argument("--split", default="words", choices=list(SPLITS), help="for --write-actor")
+    p.add_argument("--clicks", default="", help="an actor: its valid code clicks on --envs webshop")
     a = p.parse_args(argv)
     if a.episodes < 1 or a.corpus < 1:
         p.error("--episodes and --corpus must be at least 1")  # exit 2
+    if (a.write_actor or a.clicks) and len(a.envs) != 1 or a.clicks and a.envs != ["webshop"]:
+        p.error("--write-actor needs one env in --envs, --clicks needs --envs webshop")
+    if a.write_actor:
+        return write_actor(a.envs[0], a.split, a.corpus, a.write_actor)
+    if a.clicks:
+        score, se, ok, n = click_copies(a.clicks, "webshop", a.episodes)
+        return print(f"score {score:.3f} ± {se:.3f}; {ok} of {n} code clicks valid")
     lines = ["| env | last observation, tokens: newline → words (×) / gpt2 | action tokens: "]
     lines[0] += "newline → words | copies token-for-token: newline → words / gpt2 |"
     lines.append("|---|---|---|---|")

@@ -565,3 +565,29 @@ def test_tokenizer_copy_measures_what_the_words_split_changes_on_webshop():
     assert total >= 5 and ok == total, r
     assert r["newline"]["copies"][0] < total / 2, r
     assert r["words"]["obs"] > r["newline"]["obs"], r
+
+
+def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(tmp_path):
+    """--write-actor: an untrained actor in the scripts' tiny shape whose tokenizer is the `words`
+    split's (the scripts load it with --actor DIR); --clicks counts a WebShop code click as valid
+    when the code is on its page: all of the expert's, none once the code is changed."""
+    import archer
+    import envs
+    import tokenizer_copy
+
+    out = str(tmp_path / "actor")
+    tokenizer_copy.main(["--envs", "webshop", "--corpus", "300", "--write-actor", out])
+    model, tok = archer.load_actor(out, archer.Args(env="webshop"))
+    assert model.config.n_embd == 128 and model.config.n_layer == 4
+    words = tokenizer_copy.tokenizer(envs.corpus("webshop", 300), "words")
+    assert tok("click[B0M2WSW6P8]")["input_ids"] == words("click[B0M2WSW6P8]")["input_ids"]
+    trajs = envs.collect_scripted("webshop", 5, mode="expert")
+    ok, n = tokenizer_copy.valid_clicks(trajs)
+    assert n >= 5 and ok == n
+    for t in trajs:
+        for st in t["steps"]:
+            st["action"] = st["action"].replace("[B0", "[B0ZZ")
+    assert tokenizer_copy.valid_clicks(trajs) == (0, n)
+    with pytest.raises(SystemExit) as e:
+        tokenizer_copy.main(["--envs", "webshop", "alfworld_pick", "--write-actor", out])
+    assert e.value.code == 2
