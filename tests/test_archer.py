@@ -882,9 +882,8 @@ def test_preset_paper_sets_table_2_and_command_line_flags_win(capsys):
     assert archer.PAPER["webshop"]["rollouts_per_iter"] == 512
     assert archer.PAPER["detective"]["gamma"] == 0.98
     # a flag given with underscores counts as named
-    args = archer.resolve_args(
-        archer.Args(preset="paper"), ["--preset=paper", "--batch_size", "64"]
-    )
+    args = archer.Args(preset="paper", batch_size=64)  # as tyro parses the line below
+    args = archer.resolve_args(args, ["--preset=paper", "--batch_size", "64"])
     assert args.batch_size == 64 and args.critic_lr == 6e-4
 
 
