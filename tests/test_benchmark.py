@@ -591,3 +591,6 @@ def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(t
     with pytest.raises(SystemExit) as e:
         tokenizer_copy.main(["--envs", "webshop", "alfworld_pick", "--write-actor", out])
     assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        tokenizer_copy.main(["--envs", "webshop", "--clicks", str(tmp_path / "missing")])
+    assert e.value.code == 2
