@@ -594,3 +594,41 @@ def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(t
     with pytest.raises(SystemExit) as e:
         tokenizer_copy.main(["--envs", "webshop", "--clicks", str(tmp_path / "missing")])
     assert e.value.code == 2
+
+
+def test_tokenizer_copy_writes_a_rotary_actor_pretrained_on_copy_sequences(tmp_path, capsys):
+    """--positions rotary --copy-steps N (issue 55, levers 2 and 4): copy_sequences repeat a span
+    at a varying distance, repeat_accuracy scores an oracle 1 and a constant 0, and the written
+    Llama-shaped actor loads in the scripts, treated as tiny (its defaults, not the paper's)."""
+    import random
+
+    import torch
+
+    import archer
+    import tokenizer_copy
+
+    rng, stream = random.Random(0), list(range(1, 1000))
+    seqs = tokenizer_copy.copy_sequences(stream, 50, rng)
+    for ids, k in seqs:
+        assert 4 <= k <= 32 and len(ids) <= 64
+        assert any(ids[i : i + k] == ids[-k:] for i in range(len(ids) - 2 * k + 1))
+    assert len({len(ids) - 2 * k for ids, k in seqs}) > 10  # distances vary
+
+    def oracle(input_ids):  # one-hot of the next token: a perfect copier on these sequences
+        nxt = torch.cat([input_ids[:, 1:], input_ids[:, :1]], 1)
+        return type("Out", (), {"logits": torch.nn.functional.one_hot(nxt, 1000).float()})
+
+    def constant(input_ids):
+        return type("Out", (), {"logits": torch.zeros(*input_ids.shape, 1000)})
+
+    assert tokenizer_copy.repeat_accuracy(oracle, seqs) == 1.0
+    assert tokenizer_copy.repeat_accuracy(constant, seqs) == 0.0
+    out = str(tmp_path / "actor")
+    argv = ["--envs", "webshop", "--corpus", "300", "--write-actor", out, "--positions", "rotary"]
+    tokenizer_copy.main([*argv, "--copy-steps", "10"])  # 10 short steps, then 1 long one
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("copy step")]
+    assert len(lines) == 6 and lines[-1].startswith("copy step 1/1 (≤ 448 tokens)"), lines
+    model, _ = archer.load_actor(out, archer.Args(env="webshop"))
+    assert type(model).__name__ == "LlamaForCausalLM" and model.config.hidden_size == 128
+    args = archer.resolve_args(archer.Args(env="webshop", actor=out), [])
+    assert args.rollouts_per_iter == archer.Args().rollouts_per_iter  # tiny: no paper values
