@@ -99,7 +99,7 @@ def copy_sequences(stream, n: int, rng, max_len: int = 64):
     the rest random): S's repeat is only predictable by finding S earlier (an induction head), at
     a distance that varies. Measured on webshop (scratch runs, 2026-11-28): S a window of text
     taught a copy that the text's own statistics carry (72% of a repeat, none of a code's blocks);
-    sequences of 160 tokens at batch 32, lr 1e-3 did not form the head in 1,500 steps."""
+    sequences of ≤ 128 tokens at batch 32, lr 1e-3 did not form the head in 1,500 steps."""
 
     def window(size):
         i = rng.randrange(len(stream) - size)
@@ -241,7 +241,7 @@ def main(argv=None):
     p.add_argument("--episodes", type=int, default=30, help="scripted episodes per env")
     p.add_argument("--corpus", type=int, default=3000, help="texts the tokenizer trains on")
     p.add_argument("--out", default="", help="also write the table (markdown) here")
-    p.add_argument("--write-actor", default="", help="write an untrained actor with --split here")
+    p.add_argument("--write-actor", default="", help="write an actor with --split here")
     p.add_argument("--split", default="words", choices=list(SPLITS), help="for --write-actor")
     p.add_argument(
         "--positions",
