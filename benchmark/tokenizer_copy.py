@@ -261,6 +261,8 @@ def main(argv=None):
         p.error("--episodes and --corpus must be at least 1, --copy-steps at least 0")  # exit 2
     if (a.write_actor or a.clicks) and len(a.envs) != 1 or a.clicks and a.envs != ["webshop"]:
         p.error("--write-actor needs one env in --envs, --clicks needs --envs webshop")
+    if (a.copy_steps or a.positions != "learned") and not a.write_actor:
+        p.error("--positions and --copy-steps shape the actor that --write-actor DIR writes")
     if a.clicks and not os.path.isdir(a.clicks):
         p.error(f"--clicks {a.clicks}: no such actor folder")  # exit 2, nothing loaded
     if a.write_actor:

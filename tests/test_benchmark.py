@@ -632,3 +632,6 @@ def test_tokenizer_copy_writes_a_rotary_actor_pretrained_on_copy_sequences(tmp_p
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.hidden_size == 128
     args = archer.resolve_args(archer.Args(env="webshop", actor=out), [])
     assert args.rollouts_per_iter == archer.Args().rollouts_per_iter  # tiny: no paper values
+    with pytest.raises(SystemExit) as e:  # without --write-actor: one line, exit 2
+        tokenizer_copy.main(["--envs", "webshop", "--copy-steps", "5"])
+    assert e.value.code == 2
