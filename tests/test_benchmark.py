@@ -567,10 +567,13 @@ def test_tokenizer_copy_measures_what_the_words_split_changes_on_webshop():
     assert r["words"]["obs"] > r["newline"]["obs"], r
 
 
-def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(tmp_path):
+def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(
+    tmp_path, monkeypatch
+):
     """--write-actor: an untrained actor in the scripts' tiny shape whose tokenizer is the `words`
     split's (the scripts load it with --actor DIR); --clicks counts a WebShop code click as valid
-    when the code is on its page: all of the expert's, none once the code is changed."""
+    when the code is on its page (all of the expert's, none once the code is changed) and an
+    ALFWorld `take` when it was admissible (all of the expert's, none of a made-up object's)."""
     import archer
     import envs
     import tokenizer_copy
@@ -588,6 +591,21 @@ def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(t
         for st in t["steps"]:
             st["action"] = st["action"].replace("[B0", "[B0ZZ")
     assert tokenizer_copy.valid_clicks(trajs) == (0, n)
+    trajs = envs.collect_scripted("alfworld_pick", 3, mode="expert")  # ALFWorld: `take` commands
+    ok, n = tokenizer_copy.valid_clicks(trajs)
+    assert n >= 3 and ok == n
+    import filtered_bc  # --clicks on a run's actor plays with that run's --max-obs-tokens
+
+    (tmp_path / "args.json").write_text('{"max_obs_tokens": 600, "lr": 5}')
+    seen = []
+    monkeypatch.setattr(
+        filtered_bc, "run_episodes", lambda m, t, a, *_: seen.append(a) or (trajs, 0)
+    )
+    assert tokenizer_copy.click_copies(out, "alfworld_pick", 3)[2:] == (n, n)
+    assert seen[0].max_obs_tokens == 600 and seen[0].lr == filtered_bc.Args().lr
+    act = lambda obs: (["Take cloth 99 from drawer 1"] * len(obs), [[]] * len(obs))  # noqa: E731
+    trajs = envs.run_episodes("alfworld_pick", range(2), act, max_turns=4)
+    assert tokenizer_copy.valid_clicks(trajs) == (0, 6)  # the last of each episode is unseen
     with pytest.raises(SystemExit) as e:
         tokenizer_copy.main(["--envs", "webshop", "alfworld_pick", "--write-actor", out])
     assert e.value.code == 2
@@ -632,6 +650,7 @@ def test_tokenizer_copy_writes_a_rotary_actor_pretrained_on_copy_sequences(tmp_p
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.hidden_size == 128
     args = archer.resolve_args(archer.Args(env="webshop", actor=out), [])
     assert args.rollouts_per_iter == archer.Args().rollouts_per_iter  # tiny: no paper values
-    with pytest.raises(SystemExit) as e:  # without --write-actor: one line, exit 2
-        tokenizer_copy.main(["--envs", "webshop", "--copy-steps", "5"])
-    assert e.value.code == 2
+    for bad in (["--copy-steps", "5"], ["--greedy"]):  # without --write-actor / --clicks: exit 2
+        with pytest.raises(SystemExit) as e:
+            tokenizer_copy.main(["--envs", "webshop", *bad])
+        assert e.value.code == 2
