@@ -40,11 +40,13 @@ from transformers import LogitsProcessor, LogitsProcessorList
 import envs
 
 # Assumption 4.1 needs returns in [0, 1]: envs whose every turn costs -1 map a win at turn k of H
-# to (H + 1 − k)/H (= (H + R)/H for the original return R), the others a win to 1 (unit_rewards)
+# to (H + 1 − k)/H (= (H + R)/H for the original return R), the others a win to 1, and WebShop
+# keeps its score, already in [0, 1] (unit_rewards)
 TURN_PRICED = ("twenty_questions", "twenty_questions_subset", "guess_my_city", "wordle")
 TURN_PRICED += ("wordle_small",)
 WIN_ONLY = ("chess", "chess_endgame", "overcooked_tomato_salad", "overcooked_tomato_lettuce_salad")
-WIN_ONLY += ("virtualhome_food_preparation", "virtualhome_entertainment")
+ALFWORLD = tuple(n for n in envs.names() if n.startswith("alfworld"))  # a win earns 1 too
+WIN_ONLY += ("virtualhome_food_preparation", "virtualhome_entertainment", "webshop") + ALFWORLD
 HORIZON = {"wordle": 6, "wordle_small": 6}  # turn caps the env does not expose as max_turns
 
 
@@ -158,7 +160,9 @@ def unit_rewards(traj, env: str, horizon: int):
     from. A win at turn k of H in a game whose every turn costs −1 (TURN_PRICED) earns (H + 1 −
     k)/H on its last turn, i.e. (H + R)/H for the original return R, monotone in R; in WIN_ONLY
     games a win earns 1 (chess: illegal moves are not penalised); all other turns and a loss earn 0.
-    """
+    WebShop's turns keep their rewards: the score at Buy Now, in [0, 1]."""
+    if env == "webshop":
+        return [float(step["reward"]) for step in traj["steps"]]
     rewards = [0.0] * len(traj["steps"])
     if traj["success"]:
         k = len(traj["steps"])
@@ -390,11 +394,8 @@ def main(args: Args):
                     w = bellman_probability_targets(
                         ratio_next, ratio_after[turn], r[turn], d[turn], last, args.gamma
                     )
-                    unclipped = torch.where(
-                        last,
-                        r[turn] + args.gamma * (1 - d[turn]) * ratio_after[turn],
-                        args.gamma * ratio_next,
-                    )
+                    boot = r[turn] + args.gamma * (1 - d[turn]) * ratio_after[turn]
+                    unclipped = torch.where(last, boot, args.gamma * ratio_next)
                 logits = action_state_logits(likelihood, *cur)
                 actions = cur[0][:, 1:][cur[3][:, 1:]]
                 loss = wce_loss(logits, actions, w)  # Eq. (3)
@@ -1010,12 +1011,10 @@ def cli():
 
 # --preset paper (and auto with a pretrained actor): the Q-SFT paper states no training values
 # (no lr, batch, γ, τ or step counts); Algorithm 1 (v1) starts φ, θ, θ̄ from the pretrained model
-# (p_θ from --actor's weights, not π_φ's) and samples π̂ ∝ π_φ exp(p_θ) (β = 1). Its games that
-# have a reward map here; its WebShop and ALFWorld rows need one (unit_rewards), so they have none.
+# (p_θ from --actor's weights, not π_φ's) and samples π̂ ∝ π_φ exp(p_θ) (β = 1), for its games.
 PAPER_SOURCE = "the Q-SFT paper's Algorithm 1 (it gives no training values)"
-PAPER = {
-    env: dict(likelihood_init="actor", beta=1.0) for env in ("chess", "wordle", "twenty_questions")
-}
+PAPER = {env: dict(likelihood_init="actor", beta=1.0) for env in ("chess", "wordle", "webshop")}
+PAPER |= {env: PAPER["chess"] for env in ("twenty_questions",) + ALFWORLD}
 
 
 if __name__ == "__main__":

@@ -97,6 +97,13 @@ def test_unit_rewards_lie_in_the_unit_interval_and_are_monotone_in_the_return():
         assert len({u for _, u in pairs}) > 2, env  # not a constant: the data has wins and losses
     win = {"steps": [{}] * 9, "success": True}
     assert qsft.unit_rewards(win, "chess_endgame", 50) == [0.0] * 8 + [1.0]
+    assert qsft.unit_rewards(win, "alfworld_pick", 50) == [0.0] * 8 + [1.0]
+    # WebShop keeps its score (in [0, 1], at Buy Now), partial scores included
+    data = envs.collect_scripted("webshop", 20, seed=3)
+    assert any(0.0 < t["return"] < 1.0 for t in data)
+    for t in data:
+        assert qsft.unit_rewards(t, "webshop", 10) == [s["reward"] for s in t["steps"]]
+        assert 0.0 <= sum(qsft.unit_rewards(t, "webshop", 10)) == t["return"] <= 1.0
 
 
 def test_turn_transitions_link_each_turn_to_the_next_observation():
@@ -354,7 +361,7 @@ def test_smoke_save_reload_and_the_checkpoint(tmp_path):
     assert out["start_eval_returns"] == summary["start_eval_returns"]  # the same π_φ
 
 
-@pytest.mark.parametrize("env", ["wordle", "chess_endgame"])
+@pytest.mark.parametrize("env", ["wordle", "chess_endgame", "webshop", "alfworld_pick"])
 def test_the_q_sft_paper_games_run(env, tmp_path):
     qsft.main(small_args(tmp_path, env=env, scripted_episodes=8, max_turns=None, eval_episodes=2))
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
