@@ -81,7 +81,7 @@ import random
 import re
 import zlib
 
-MODES = ("suboptimal", "expert")
+MODES = ("suboptimal", "expert", "search")
 TASKS = ("pick", "examine", "clean", "heat", "cool", "pick_two")
 MAX_OBS_CHARS = 2000
 MAX_ECHO_CHARS = 60
@@ -580,11 +580,31 @@ def expert_command(w: World) -> str:
     return "look"
 
 
+def search_command(w: World, visited: set[str]) -> str:
+    """A searcher's next command: the expert's once it holds something (the tools and the goal
+    receptacle are in the room's listing); before, it knows only what it has seen: it goes through
+    the receptacles in the listed order (``visited`` so far), opens closed ones, and takes an object
+    of the goal's type where it stands (Examine: it knows where the desklamp is, as the expert)."""
+    if w.held is not None:
+        return expert_command(w)
+    if w.at is not None:
+        visited.add(w.at)
+        if not w.reachable(w.at):
+            return f"open {w.at}"
+        for o in w.contents[w.at]:
+            fresh = w.task in TOOL and o not in w.state[w.task]
+            if _kind(o) == w.obj and (w.task == "examine" or _kind(w.at) != w.recep or fresh):
+                return f"take {o} from {w.at}"
+    nxt = next((r for r in w.receptacles if r not in visited), None)
+    return f"go to {nxt}" if nxt else "look"
+
+
 class AlfworldPolicy:
     """``expert``: ``expert_command`` on a copy of the state (rebuilt from the opening text, kept
     up to date by replaying the policy's own commands, so one policy serves one env at a time).
     ``suboptimal``: a random admissible command with probability ``p_random`` (default: the task
-    type's ``P_RANDOM``), else the expert's."""
+    type's ``P_RANDOM``), else the expert's. ``search``: ``search_command``, a policy that can be
+    read off the observations (the expert walks straight to objects it has not seen)."""
 
     def __init__(self, seed: int = 0, mode: str = "suboptimal", p_random: float | None = None):
         if mode not in MODES:
@@ -596,7 +616,7 @@ class AlfworldPolicy:
     def __call__(self, obs: str) -> str:
         if "\n> " not in obs:  # a new episode
             game = game_from_opening(obs)
-            self.world = World(game) if game else None
+            self.world, self.visited = World(game) if game else None, set()
         elif self.world is not None and self.last is not None:
             cmds = self.world.admissible()
             if self.last in cmds:
@@ -608,6 +628,8 @@ class AlfworldPolicy:
         p = P_RANDOM[self.world.task] if self.p_random is None else self.p_random
         if self.mode == "suboptimal" and self.rng.random() < p:
             self.last = self.rng.choice(list(cmds))
+        elif self.mode == "search":
+            self.last = search_command(self.world, self.visited)
         else:
             self.last = expert_command(self.world)
         return self.last
