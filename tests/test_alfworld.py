@@ -251,7 +251,7 @@ def test_determinism_and_scripted_success_rates():
 
 def test_the_searcher_reads_its_commands_off_the_page():
     """mode="search": before it holds the object it goes through the receptacles in the listed
-    order, opens closed ones, and takes an object the last result showed; nothing is inadmissible."""
+    order, opens closed ones, and takes an object the last result showed; nothing inadmissible."""
     data = envs.collect_scripted("alfworld_pick", 100, seed=1, mode="search")
     assert 0.7 < envs.summarize(data)["success_rate"] < 0.9  # 30 turns do not always suffice
     for t in data:
