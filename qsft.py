@@ -1014,7 +1014,7 @@ def cli():
 # (p_θ from --actor's weights, not π_φ's) and samples π̂ ∝ π_φ exp(p_θ) (β = 1), for its games.
 PAPER_SOURCE = "the Q-SFT paper's Algorithm 1 (it gives no training values)"
 PAPER = {env: dict(likelihood_init="actor", beta=1.0) for env in ("chess", "wordle", "webshop")}
-PAPER |= {env: PAPER["chess"] for env in ("twenty_questions",) + ALFWORLD}
+PAPER |= {env: dict(PAPER["chess"]) for env in ("twenty_questions",) + ALFWORLD}
 
 
 if __name__ == "__main__":
