@@ -81,7 +81,7 @@ import random
 import re
 import zlib
 
-MODES = ("suboptimal", "expert", "search")
+MODES = ("suboptimal", "expert", "search", "explore")
 TASKS = ("pick", "examine", "clean", "heat", "cool", "pick_two")
 MAX_OBS_CHARS = 2000
 MAX_ECHO_CHARS = 60
@@ -580,11 +580,12 @@ def expert_command(w: World) -> str:
     return "look"
 
 
-def search_command(w: World, visited: set[str]) -> str:
+def search_command(w: World, visited: set[str], rng: random.Random | None = None) -> str:
     """A searcher's next command: the expert's once it holds something (the tools and the goal
     receptacle are in the room's listing); before, it knows only what it has seen: it goes through
-    the receptacles in the listed order (``visited`` so far), opens closed ones, and takes an object
-    of the goal's type where it stands (Examine: it knows where the desklamp is, as the expert)."""
+    the receptacles in the listed order (with ``rng``: in a random order) skipping those in
+    ``visited``, opens closed ones, and takes an object of the goal's type where it stands
+    (Examine: it knows where the desklamp is, as the expert)."""
     if w.held is not None:
         return expert_command(w)
     if w.at is not None:
@@ -595,7 +596,8 @@ def search_command(w: World, visited: set[str]) -> str:
             fresh = w.task in TOOL and o not in w.state[w.task]
             if _kind(o) == w.obj and (w.task == "examine" or _kind(w.at) != w.recep or fresh):
                 return f"take {o} from {w.at}"
-    nxt = next((r for r in w.receptacles if r not in visited), None)
+    left = [r for r in w.receptacles if r not in visited]
+    nxt = (rng.choice(left) if rng else left[0]) if left else None
     return f"go to {nxt}" if nxt else "look"
 
 
@@ -604,7 +606,8 @@ class AlfworldPolicy:
     up to date by replaying the policy's own commands, so one policy serves one env at a time).
     ``suboptimal``: a random admissible command with probability ``p_random`` (default: the task
     type's ``P_RANDOM``), else the expert's. ``search``: ``search_command``, a policy that can be
-    read off the observations (the expert walks straight to objects it has not seen)."""
+    read off the observations (the expert walks straight to objects it has not seen); ``explore``:
+    the same in a random order of receptacles."""
 
     def __init__(self, seed: int = 0, mode: str = "suboptimal", p_random: float | None = None):
         if mode not in MODES:
@@ -628,8 +631,9 @@ class AlfworldPolicy:
         p = P_RANDOM[self.world.task] if self.p_random is None else self.p_random
         if self.mode == "suboptimal" and self.rng.random() < p:
             self.last = self.rng.choice(list(cmds))
-        elif self.mode == "search":
-            self.last = search_command(self.world, self.visited)
+        elif self.mode in ("search", "explore"):
+            rng = self.rng if self.mode == "explore" else None
+            self.last = search_command(self.world, self.visited, rng)
         else:
             self.last = expert_command(self.world)
         return self.last
