@@ -50,7 +50,9 @@ Observation: the opening and the task, then one "> command" line and its result 
 with ">" (where the next command continues). When that is longer than ``MAX_OBS_CHARS`` (2,000
 characters; the longest measured is 325 tokens of the ``tiny`` tokenizer trained on ``corpus``,
 within the scripts' 448), the oldest steps are left out and "> ..." stands in their place; the
-opening and the task always stay. An echoed invalid command is cut to 60 characters.
+opening and the task always stay. An echoed invalid command is cut to 60 characters. With
+``list_commands=True`` (registered as ``alfworld_pick_listed``) the admissible commands follow,
+"Admissible commands: go to cabinet 1, ..., look." (Q-SFT's ALFWorld agent chooses from them).
 
 Reward 1 on success (the episode ends, ``terminated``), else 0; at most 30 steps (Q-SFT's data;
 the benchmark's evaluations allow 50: ``max_turns=50``), then ``truncated``. Invalid commands cost
@@ -85,7 +87,7 @@ MODES = ("suboptimal", "expert", "search", "explore")
 TASKS = ("pick", "examine", "clean", "heat", "cool", "pick_two")
 MAX_OBS_CHARS = 2000
 MAX_ECHO_CHARS = 60
-_OPTIONS = {"task", "max_turns", "n_targets"}
+_OPTIONS = {"task", "max_turns", "n_targets", "list_commands"}
 
 with open(os.path.join(os.path.dirname(__file__), "alfworld_layouts.json"), encoding="utf-8") as f:
     DATA = json.load(f)
@@ -388,13 +390,19 @@ _PUT = re.compile(r"^(?:put (.+?) (?:in/on|in|on|into|onto) |move (.+?) to )(?:t
 class AlfworldEnv:
     """A Gymnasium-style env on strings (``reset`` / ``step(text)``); see the module docstring."""
 
-    def __init__(self, task: str | None = None, max_turns: int = 30, n_targets: int = 100):
+    def __init__(
+        self,
+        task: str | None = None,
+        max_turns: int = 30,
+        n_targets: int = 100,
+        list_commands=False,
+    ):
         if task not in TASKS and task is not None:
             raise ValueError(f"alfworld: unknown task {task!r}; valid tasks: {list(TASKS)}")
         if max_turns < 1:
             raise ValueError(f"alfworld: max_turns must be >= 1, got {max_turns}")
-        self.task, self.max_turns = task, max_turns
-        self.name = "alfworld" if task is None else f"alfworld_{task}"
+        self.task, self.max_turns, self.list_commands = task, max_turns, list_commands
+        self.name = ("alfworld" if task is None else f"alfworld_{task}") + "_listed" * list_commands
         rng = random.Random(12345)
         self.targets = [self._draw_game(rng) for _ in range(n_targets)]
         self.rng = random.Random()
@@ -432,6 +440,8 @@ class AlfworldEnv:
     def _render(self):
         head = self.world.opening + "\n"
         lines = [f"> {a}\n{r}\n" for a, r in self.history]
+        self.commands = self.world.admissible()
+        listing = f"Admissible commands: {', '.join(self.commands)}.\n" * self.list_commands
         budget = MAX_OBS_CHARS - len(head) - 1
         kept = []
         for line in reversed(lines):
@@ -439,8 +449,7 @@ class AlfworldEnv:
                 kept.append("> ...\n")
                 break
             kept.append(line)
-        self.obs = head + "".join(reversed(kept)) + ">"
-        self.commands = self.world.admissible()
+        self.obs = head + "".join(reversed(kept)) + listing + ">"
 
     def parse_action(self, action) -> str | None:
         """The admissible command ``action`` names (case, spacing, a final period, "the" and the
@@ -491,7 +500,8 @@ class AlfworldEnv:
 
 def make(task: str | None = None, **options) -> AlfworldEnv:
     """Options: ``task`` (one of ``TASKS``; None = a random type per episode), ``max_turns``
-    (default 30, Q-SFT's data; the benchmark's is 50), ``n_targets`` (evaluation games, 100)."""
+    (default 30, Q-SFT's data; the benchmark's is 50), ``n_targets`` (evaluation games, 100),
+    ``list_commands`` (True: the observation ends with the admissible commands)."""
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(

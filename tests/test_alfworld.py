@@ -197,6 +197,26 @@ def test_admissible_commands_all_do_something():
             done = term or trunc
 
 
+def test_listed_commands_end_the_observation_and_change_nothing_else():
+    """alfworld_pick_listed (list_commands=True): the same game and history as alfworld_pick, then
+    "Admissible commands: ..." (every admissible command now, in order) before the final ">"."""
+    plain, listed = envs.make("alfworld_pick"), envs.make("alfworld_pick_listed")
+    assert listed.name == "alfworld_pick_listed" and listed.targets == plain.targets
+    policy = envs.scripted_policy("alfworld_pick_listed", seed=0, mode="explore")
+    obs, info = listed.reset(seed=4)
+    obs2, _ = plain.reset(seed=4)
+    done, turns = False, 0
+    while not done:
+        head, tail = obs.rsplit("\nAdmissible commands: ", 1)
+        assert head + "\n>" == obs2 and tail == ", ".join(info["admissible_commands"]) + ".\n>"
+        act = policy(obs)
+        obs, r, term, trunc, info = listed.step(act)
+        obs2, r2, *_ = plain.step(act)
+        done, turns = term or trunc, turns + 1
+        assert r == r2 and not info["invalid"]
+    assert r == 1 and turns > 1
+
+
 def test_step_cap_30_truncates_and_long_histories_keep_the_opening():
     env = envs.make("alfworld_pick_two")
     obs0, _ = env.reset(options={"target": PLANS["pick_two"][0]})
