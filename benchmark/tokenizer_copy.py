@@ -196,12 +196,14 @@ def click_copies(actor: str, name: str, episodes: int, greedy: bool = False):
 def valid_clicks(trajs):
     """(valid, all) copies: WebShop code clicks (`click[B0...]`), valid when `[code]` is on their
     page, and ALFWorld `take` commands, valid when admissible (the result that the next observation
-    shows is not "Nothing happens."; an episode's last command has none and is not counted)."""
+    shows is not "Nothing happens." — before the listed commands in `alfworld_pick_listed`; an
+    episode's last command has none and is not counted)."""
     clicks = [s for t in trajs for s in t["steps"] if re.fullmatch(r"click\[B0\w+\]", s["action"])]
     pairs = [(a, b) for t in trajs for a, b in zip(t["steps"], t["steps"][1:])]
     takes = [b["observation"] for a, b in pairs if a["action"].lower().startswith("take ")]
     ok = sum(s["action"][5:] in s["observation"] for s in clicks)
-    ok += sum(not o.endswith("\nNothing happens.\n>") for o in takes)
+    results = [o.split("\nAdmissible commands: ")[0].removesuffix("\n>") for o in takes]
+    ok += sum(not r.endswith("\nNothing happens.") for r in results)
     return ok, len(clicks) + len(takes)
 
 

@@ -604,8 +604,11 @@ def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(
     assert tokenizer_copy.click_copies(out, "alfworld_pick", 3)[2:] == (n, n)
     assert seen[0].max_obs_tokens == 600 and seen[0].lr == filtered_bc.Args().lr
     act = lambda obs: (["Take cloth 99 from drawer 1"] * len(obs), [[]] * len(obs))  # noqa: E731
-    trajs = envs.run_episodes("alfworld_pick", range(2), act, max_turns=4)
-    assert tokenizer_copy.valid_clicks(trajs) == (0, 6)  # the last of each episode is unseen
+    for name in ("alfworld_pick", "alfworld_pick_listed"):  # the listed commands follow the result
+        trajs = envs.run_episodes(name, range(2), act, max_turns=4)
+        assert tokenizer_copy.valid_clicks(trajs) == (0, 6)  # the last of each episode is unseen
+    trajs = envs.collect_scripted("alfworld_pick_listed", 3, mode="expert")
+    assert tokenizer_copy.valid_clicks(trajs) == (n, n)
     with pytest.raises(SystemExit) as e:
         tokenizer_copy.main(["--envs", "webshop", "alfworld_pick", "--write-actor", out])
     assert e.value.code == 2
