@@ -52,7 +52,9 @@ characters; the longest measured is 325 tokens of the ``tiny`` tokenizer trained
 within the scripts' 448), the oldest steps are left out and "> ..." stands in their place; the
 opening and the task always stay. An echoed invalid command is cut to 60 characters. With
 ``list_commands=True`` (registered as ``alfworld_pick_listed``) the admissible commands follow,
-"Admissible commands: go to cabinet 1, ..., look." (Q-SFT's ALFWorld agent chooses from them).
+"Admissible commands: go to cabinet 1, ..., look." (Q-SFT's ALFWorld agent chooses from them);
+the observations then run to 855 tokens of the copy-pretrained actor's tokenizer (pass
+--max-obs-tokens 900).
 
 Reward 1 on success (the episode ends, ``terminated``), else 0; at most 30 steps (Q-SFT's data;
 the benchmark's evaluations allow 50: ``max_turns=50``), then ``truncated``. Invalid commands cost
@@ -395,7 +397,7 @@ class AlfworldEnv:
         task: str | None = None,
         max_turns: int = 30,
         n_targets: int = 100,
-        list_commands=False,
+        list_commands: bool = False,
     ):
         if task not in TASKS and task is not None:
             raise ValueError(f"alfworld: unknown task {task!r}; valid tasks: {list(TASKS)}")
