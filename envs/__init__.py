@@ -214,4 +214,5 @@ register("alfworld_heat", "alfworld", task="heat")
 register("alfworld_cool", "alfworld", task="cool")
 register("alfworld_pick_two", "alfworld", task="pick_two")
 register("alfworld_pick_listed", "alfworld", task="pick", list_commands=True)  # the commands shown
+register("alfworld_pick_listed_last", "alfworld", task="pick", list_commands=True, history=False)
 register("webshop", "webshop")

@@ -54,7 +54,9 @@ opening and the task always stay. An echoed invalid command is cut to 60 charact
 ``list_commands=True`` (registered as ``alfworld_pick_listed``) the admissible commands follow,
 "Admissible commands: go to cabinet 1, ..., look." (Q-SFT's ALFWorld agent chooses from them);
 the observations then run to 855 tokens of the copy-pretrained actor's tokenizer (pass
---max-obs-tokens 900).
+--max-obs-tokens 900). With ``history=False`` (registered, with the list, as
+``alfworld_pick_listed_last``) the observation keeps only the latest step of the history (566
+tokens at most: --max-obs-tokens 600).
 
 Reward 1 on success (the episode ends, ``terminated``), else 0; at most 30 steps (Q-SFT's data;
 the benchmark's evaluations allow 50: ``max_turns=50``), then ``truncated``. Invalid commands cost
@@ -89,7 +91,7 @@ MODES = ("suboptimal", "expert", "search", "explore")
 TASKS = ("pick", "examine", "clean", "heat", "cool", "pick_two")
 MAX_OBS_CHARS = 2000
 MAX_ECHO_CHARS = 60
-_OPTIONS = {"task", "max_turns", "n_targets", "list_commands"}
+_OPTIONS = {"task", "max_turns", "n_targets", "list_commands", "history"}
 
 with open(os.path.join(os.path.dirname(__file__), "alfworld_layouts.json"), encoding="utf-8") as f:
     DATA = json.load(f)
@@ -398,13 +400,16 @@ class AlfworldEnv:
         max_turns: int = 30,
         n_targets: int = 100,
         list_commands: bool = False,
+        history: bool = True,
     ):
         if task not in TASKS and task is not None:
             raise ValueError(f"alfworld: unknown task {task!r}; valid tasks: {list(TASKS)}")
         if max_turns < 1:
             raise ValueError(f"alfworld: max_turns must be >= 1, got {max_turns}")
         self.task, self.max_turns, self.list_commands = task, max_turns, list_commands
-        self.name = ("alfworld" if task is None else f"alfworld_{task}") + "_listed" * list_commands
+        self.show_history = history  # False: the observation shows only the latest step
+        name = ("alfworld" if task is None else f"alfworld_{task}") + "_listed" * list_commands
+        self.name = name + "_last" * (not history)
         rng = random.Random(12345)
         self.targets = [self._draw_game(rng) for _ in range(n_targets)]
         self.rng = random.Random()
@@ -441,7 +446,8 @@ class AlfworldEnv:
 
     def _render(self):
         head = self.world.opening + "\n"
-        lines = [f"> {a}\n{r}\n" for a, r in self.history]
+        steps = self.history if self.show_history else self.history[-1:]
+        lines = [f"> {a}\n{r}\n" for a, r in steps]
         self.commands = self.world.admissible()
         listing = f"Admissible commands: {', '.join(self.commands)}.\n" * self.list_commands
         budget = MAX_OBS_CHARS - len(head) - 1
@@ -503,7 +509,8 @@ class AlfworldEnv:
 def make(task: str | None = None, **options) -> AlfworldEnv:
     """Options: ``task`` (one of ``TASKS``; None = a random type per episode), ``max_turns``
     (default 30, Q-SFT's data; the benchmark's is 50), ``n_targets`` (evaluation games, 100),
-    ``list_commands`` (True: the observation ends with the admissible commands)."""
+    ``list_commands`` (True: the observation ends with the admissible commands), ``history``
+    (False: of the history, only the latest command and its result)."""
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(

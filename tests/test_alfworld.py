@@ -199,21 +199,28 @@ def test_admissible_commands_all_do_something():
 
 def test_listed_commands_end_the_observation_and_change_nothing_else():
     """alfworld_pick_listed (list_commands=True): the same game and history as alfworld_pick, then
-    "Admissible commands: ..." (every admissible command now, in order) before the final ">"."""
+    "Admissible commands: ..." (every admissible command now, in order) before the final ">";
+    alfworld_pick_listed_last (history=False too): of the history, only the latest step."""
     plain, listed = envs.make("alfworld_pick"), envs.make("alfworld_pick_listed")
-    assert listed.name == "alfworld_pick_listed" and listed.targets == plain.targets
+    last = envs.make("alfworld_pick_listed_last")
+    assert listed.name == "alfworld_pick_listed" and listed.targets == plain.targets == last.targets
     policy = envs.scripted_policy("alfworld_pick_listed", seed=0, mode="explore")
     obs, info = listed.reset(seed=4)
     obs2, _ = plain.reset(seed=4)
+    obs3, _ = last.reset(seed=4)
+    opening = obs2[:-1]
     done, turns = False, 0
     while not done:
         head, tail = obs.rsplit("\nAdmissible commands: ", 1)
         assert head + "\n>" == obs2 and tail == ", ".join(info["admissible_commands"]) + ".\n>"
+        step = obs2[obs2.rindex("\n> ") + 1 : -1] if turns else ""
+        assert obs3 == opening + step + "Admissible commands: " + tail
         act = policy(obs)
         obs, r, term, trunc, info = listed.step(act)
         obs2, r2, *_ = plain.step(act)
+        obs3, r3, *_ = last.step(act)
         done, turns = term or trunc, turns + 1
-        assert r == r2 and not info["invalid"]
+        assert r == r2 == r3 and not info["invalid"]
     assert r == 1 and turns > 1
 
 
