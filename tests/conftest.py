@@ -27,12 +27,15 @@ def train_bc_actor(tmp_path_factory, name, env, steps):
     `steps` steps, seed 1, evaluated on 200 episodes and saved with --save-model. Returns (actor
     directory, BC summary.json as a dict).
 
-    Trained once per test session: under pytest-xdist the workers share one copy (the first to
+    Trained at one torch thread, like every learning test (_learning_tests_at_one_torch_thread),
+    once per test session: under pytest-xdist the workers share one copy (the first to
     need it trains it under a file lock in the session's common temporary directory, the others
     wait for it and read it), so a learning test can run on any worker."""
     import fcntl
     import json
     import shutil
+
+    import torch
 
     import filtered_bc
     from helpers import run_dir
@@ -43,23 +46,28 @@ def train_bc_actor(tmp_path_factory, name, env, steps):
     out = root / f"shared_{name}"
     with open(root / f"shared_{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        threads = torch.get_num_threads()
         if not (out / "done").exists():
             shutil.rmtree(out, ignore_errors=True)  # what a failed attempt left
-            filtered_bc.main(
-                filtered_bc.Args(
-                    output_dir=str(out),
-                    exp_name="bc",
-                    env=env,
-                    iterations=0,
-                    offline_steps=steps,
-                    offline_rho=1.0,
-                    eval_episodes=200,
-                    save_model=True,
-                    checkpoint_every=0,
-                    device="cpu",
-                    seed=1,
+            torch.set_num_threads(1)  # the same actor under any -n and OMP_NUM_THREADS
+            try:
+                filtered_bc.main(
+                    filtered_bc.Args(
+                        output_dir=str(out),
+                        exp_name="bc",
+                        env=env,
+                        iterations=0,
+                        offline_steps=steps,
+                        offline_rho=1.0,
+                        eval_episodes=200,
+                        save_model=True,
+                        checkpoint_every=0,
+                        device="cpu",
+                        seed=1,
+                    )
                 )
-            )
+            finally:
+                torch.set_num_threads(threads)
             (out / "done").write_text("")
     run = run_dir(out)
     return str(run / "actor"), json.loads((run / "summary.json").read_text())
@@ -85,6 +93,17 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _learning_tests_at_one_torch_thread(request):
+    """Every learning test (test_learning_*) runs at one torch thread, whatever -n, OMP_NUM_THREADS
+    or the machine's core count: float sums come out in one order, so a test's margin is the same
+    under `-n 2`, `-n 0`, OMP_NUM_THREADS=1 and =2 (docs/usage.md, "Tests"); only another CPU's
+    float kernels still move it, which the margins are sized for."""
+    if request.node.name.startswith("test_learning"):
+        request.getfixturevalue("one_torch_thread")
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,38 @@ def paired_difference(after, before):
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
+def assert_close_sums(got, want, terms):
+    """got ≈ want for two float32 computations of one quantity whose sums run in another order or
+    shape: micro-batches, padding, grouped rows, another thread count or CPU. Rounding grows with
+    the magnitude of what is summed and with the number of parts, so the tolerance does too: atol =
+    8 · terms · ε · max|want| over the whole tensor (ε = 1.19e-7; 8 is four times the largest error
+    measured, 36 ε·max|g| for a gradient summed over 18 micro-batches), rtol = 1e-4. A real change
+    of the objective is far above it: a micro-batch weighed wrong moves the gradient by ~1/terms."""
+    import torch
+
+    atol = 8 * terms * torch.finfo(want.dtype).eps * want.abs().max().item()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=atol)
+
+
+def assert_margin(value, se, k, context=()):
+    """Assert value > k·se: a learning test's gain beyond k standard errors of its own noise (k = −2
+    for "did not fall"). With TURNRL_MARGINS=FILE set, first append {test, value, se, margin in
+    s.e., k, threads, xdist worker} as a JSON line, so benchmark/test_margins.sh can tabulate every
+    learning test's margin under several worker and thread counts (docs/usage.md, "Tests")."""
+    import json
+    import os
+
+    import torch
+
+    if os.environ.get("TURNRL_MARGINS"):
+        row = dict(test=os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], k=k)
+        row.update(value=float(value), se=float(se), margin=float(value) / float(se))
+        row.update(threads=torch.get_num_threads(), worker=os.environ.get("PYTEST_XDIST_WORKER"))
+        with open(os.environ["TURNRL_MARGINS"], "a") as f:
+            f.write(json.dumps(row) + "\n")
+    assert value > k * se, (value, se, *context)
+
+
 def load_checkpoint(run):
     """A run's checkpoint/ as accelerate's save_state wrote it: {"models": the prepared models'
     state dicts in prepare() order, "optimizers": likewise, "custom": the registered objects' state

@@ -14,7 +14,14 @@ import torch
 
 import archer
 import envs
-from helpers import launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    assert_close_sums,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -164,6 +171,7 @@ def test_critic_architecture_and_target_copy(tiny):
     )
 
 
+@pytest.mark.numerics
 def test_critic_encodes_state_and_utterance_separately(tiny):
     _, _, critic, ctok = tiny
     s = ["Questions:\n", "Questions:\nIs it an animal? No.\nIs it alive? Yes.\n"]
@@ -195,6 +203,7 @@ def test_critic_encodes_state_and_utterance_separately(tiny):
     assert ctok.decode(ids[0, 1:]).endswith("No.\n")
 
 
+@pytest.mark.numerics
 def test_critic_encodes_length_sorted_groups_as_one_padded_pass(tiny):
     """Critic.encode runs the rows in length-sorted groups cut to their longest row (speed): values
     and gradients equal one pass over the whole right-padded batch, in the caller's row order."""
@@ -212,8 +221,8 @@ def test_critic_encodes_length_sorted_groups_as_one_padded_pass(tiny):
     full = critic.encoder(input_ids=ids, attention_mask=attn).last_hidden_state[:, 0]
     g_full = grads(full)
     grouped = critic.encode(ids, attn, rows=2)
-    assert torch.allclose(grouped, full, atol=1e-5)
-    assert torch.allclose(grads(grouped), g_full, atol=1e-4)
+    assert_close_sums(grouped, full, len(texts))
+    assert_close_sums(grads(grouped), g_full, len(texts))
 
 
 def test_joint_critic_input_is_the_state_then_the_action(tiny):
@@ -233,6 +242,7 @@ def test_joint_critic_input_is_the_state_then_the_action(tiny):
     assert torch.allclose(sep[0], sep[1]) and not torch.allclose(jnt[0], jnt[1])
 
 
+@pytest.mark.numerics
 def test_decoder_critic_reads_the_last_real_token(tmp_path):
     from transformers import GPT2Config, GPT2Model
 
@@ -266,6 +276,7 @@ def test_unknown_critic_names_the_offline_alternatives(tmp_path):
         archer.load_critic(str(tmp_path / "no-such-model"), archer.Args())
 
 
+@pytest.mark.numerics
 def test_token_logprobs_and_baseline_values_are_aligned(tiny):
     actor, tok, _, _ = tiny
     obs, acts = (
@@ -630,7 +641,7 @@ def test_learning_archer_short_run_raises_the_return(tmp_path, bc_actor):
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["episodes"] == 256
     diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
-    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
+    assert_margin(diff, se, 2, (summary["start_eval_return"], summary["eval_return"], diff, se))
 
 
 @pytest.mark.slow
@@ -673,7 +684,7 @@ def test_learning_archer_keeps_improving_and_drops_useless_questions(tmp_path, b
     assert summary["episodes"] == 1024
     diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
     mid = [h["eval/episodic_return"] for h in summary["history"] if "eval/episodic_return" in h]
-    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
+    assert_margin(diff, se, 2, (summary["start_eval_return"], summary["eval_return"], diff, se))
     assert summary["eval_return"] >= max(mid) - 1.0, (mid, summary["eval_return"])
     trajs = envs.collect_scripted(ENV, 100, seed=5)
     states = [st["observation"] for t in trajs for st in t["steps"]][::4][:200]
@@ -713,7 +724,7 @@ def test_learning_archer_on_guess_my_city(tmp_path, gmc_bc_actor):
     )
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
-    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
+    assert_margin(diff, se, 2, (summary["start_eval_return"], summary["eval_return"], diff, se))
 
 
 def test_the_headline_gpt2_command_without_the_weights_is_one_paragraph(tmp_path, monkeypatch):

@@ -16,7 +16,14 @@ import pytest
 import torch
 
 import gigpo
-from helpers import launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    assert_close_sums,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -274,6 +281,7 @@ def gen_args(**kw):
     return SimpleNamespace(**{**base, **kw})
 
 
+@pytest.mark.numerics
 def test_groups_share_their_task_and_the_batch_scores_the_sampled_ids(tiny):
     """Rollouts in groups from the tiny actor's own `generate`: the episodes of a group play the
     same target (same env seed); the items the loss sees hold exactly the sampled ids as the action
@@ -340,6 +348,7 @@ def test_an_update_raises_the_sampled_ids_of_a_positive_step(tiny):
         assert sign * (after.item() - items[0]["logp_old"].sum().item()) > 0
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("ratio", ["token", "step"])
 def test_micro_batches_never_change_the_gradient_of_either_average(tiny, ratio):
     """gigpo_step's gradient on one minibatch is the same with one micro-batch, micro-batches of 5
@@ -365,7 +374,7 @@ def test_micro_batches_never_change_the_gradient_of_either_average(tiny, ratio):
         grads.append(torch.cat([p.grad.flatten() for p in actor.parameters()]))
     assert grads[0].abs().sum() > 0
     for g in grads[1:]:
-        torch.testing.assert_close(g, grads[0], rtol=1e-4, atol=1e-6)
+        assert_close_sums(g, grads[0], len(items))
 
 
 # ---------------------------------------------------------------------------------------- runs
@@ -512,7 +521,7 @@ def test_learning_gigpo_short_run_raises_the_return(tmp_path, bc_actor):
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["episodes"] == ITERS * GROUPS * 8
     diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
-    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
+    assert_margin(diff, se, 2, (summary["start_eval_return"], summary["eval_return"], diff, se))
 
 
 def test_the_reference_is_the_post_bc_actor(tmp_path, monkeypatch):

@@ -9,6 +9,9 @@ import importlib
 import pytest
 import torch
 
+from helpers import assert_close_sums
+
+pytestmark = pytest.mark.numerics  # .ci/run runs these again at two torch threads
 BATCH = 6
 COMMON = dict(
     env="guess_my_city",  # utterances of 3 to 7 tokens: token and item means differ
@@ -55,6 +58,14 @@ def step_gradients(script, micro, tmp_path, monkeypatch):
         )
 
     monkeypatch.setattr(torch.optim.AdamW, "step", record)
+    if script == "gigpo":  # three-turn games all lose alike: A = 0, a zero gradient; give it a ramp
+        real = mod.gigpo_advantages
+
+        def ramp(trajs, args):
+            adv, parts = real(trajs, args)
+            return torch.linspace(-1.0, 1.0, len(adv)), parts
+
+        monkeypatch.setattr(mod, "gigpo_advantages", ramp)
     args = mod.Args(
         output_dir=str(tmp_path / str(micro)), micro_batch_size=micro, **COMMON, **RUNS[script]
     )
@@ -70,5 +81,7 @@ def test_micro_batches_give_the_full_batch_gradient(script, tmp_path, monkeypatc
         split = step_gradients(script, micro, tmp_path, monkeypatch)
         assert len(split) == len(full)
         for a, b in zip(full, split):
-            for x, y in zip(a, b, strict=True):
-                torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-6)
+            assert len(a) == len(b) and max(x.abs().max() for x in a) > 0  # no zeros compared
+            assert_close_sums(
+                torch.cat([y.flatten() for y in b]), torch.cat([x.flatten() for x in a]), BATCH
+            )

@@ -146,6 +146,7 @@ def generation_matches_scoring(mod, model, tok, observations, max_new_tokens=24,
     return ids, torch.tensor(gen_lp), scored
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_generation_logprobs_equal_scoring_logprobs_tiny(script, tiny):
     mod = importlib.import_module(script)
@@ -160,6 +161,7 @@ def test_generation_logprobs_equal_scoring_logprobs_tiny(script, tiny):
     torch.testing.assert_close(scored, gen, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.numerics
 def test_generation_logprobs_equal_scoring_logprobs_smollm2():
     """SmolLM2's BPE has multi-newline tokens ("\\n\\n"): a stop on one is scored as that token."""
     import archer

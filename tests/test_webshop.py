@@ -398,7 +398,7 @@ def test_learning_qsft_beats_the_sft_of_the_suboptimal_data(tmp_path, one_torch_
 
     import filtered_bc
     import qsft
-    from helpers import paired_difference, run_dir
+    from helpers import assert_margin, paired_difference, run_dir
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmark"))
     import tokenizer_copy
@@ -435,4 +435,4 @@ def test_learning_qsft_beats_the_sft_of_the_suboptimal_data(tmp_path, one_torch_
     )
     summary = json.loads((run_dir(tmp_path / "qsft") / "summary.json").read_text())
     diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])
-    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
+    assert_margin(diff, se, 2, (summary["start_eval_return"], summary["eval_return"], diff, se))
