@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import archer_offline as ao
-from helpers import launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import assert_margin, launch_two_processes, load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -121,6 +121,7 @@ def test_offline_transitions_carry_the_next_dataset_action():
     ]
 
 
+@pytest.mark.numerics
 def test_sarsa_target_uses_the_next_dataset_action_and_iql_the_next_value():
     torch.manual_seed(0)
     target, ctok = ao.load_critic("tiny", ao.Args())
@@ -347,21 +348,23 @@ def test_two_processes_with_accelerate(tmp_path):
 
 def test_learning_iql_awr_from_the_bc_actor_raises_the_return(tmp_path, bc_actor):
     """IQL + AWR from the shared BC actor (tests/conftest.py: 800 BC steps on the 10-word game) with
-    a tiny critic from scratch: 15 iterations of 20 critic and 20 actor steps (batch 32, actor lr
+    a tiny critic from scratch: 20 iterations of 20 critic and 20 actor steps (batch 32, actor lr
     1e-4; App. B: no critic warm-up) on 1,000 scripted episodes; the return after against the
     return at the start, on the same 600 episodes with the same sampling seed (> 2 paired s.e.;
     600 rather than 200 shrink the paired s.e. from ~0.5 to ~0.3 for seconds, where each training
     iteration costs ~8).
 
-    Measured (2026-11-27, seed 1, one torch thread as in the fast tier, beside another run): 15
-    iterations −10.99 → −9.97, +1.02 ± 0.32 (3.2 s.e.), 158 s; 12 iterations +0.74 ± 0.30 (2.5
-    s.e.), 142 s; 12 at lr 2e-4 +0.51 ± 0.32. On 200 episodes: 20 iterations (the test until
-    2026-11-27) −11.76 → −10.16, +1.59 ± 0.50 (3.2 s.e.), 175 s in CI; 10 iterations at lr 1e-4
-    +1.03 ± 0.49, at 3e-4 +1.10 ± 0.54, at 3e-5 +0.54 ± 0.44.
-    What this test replaced: IQL + AWR against BC, both 200 steps from scratch on the same data
-    ("at least BC", paired > −2 s.e.). It proved no learning: the untrained tiny actor scores −14.74
-    on those 200 episodes (random words name the target often in the 10-word game), BC −16.77 and
-    IQL + AWR −16.05, both below it."""
+    Measured 2026-12-02 on an AMD EPYC (one torch thread; BC actor −11.35): 20 iterations −11.15 →
+    −9.72, +1.43 ± 0.33 (4.3 s.e.); 15 (the test until then) +0.85 ± 0.32 (2.7 s.e.: under the 3
+    s.e. a test needs to hold on other CPUs, docs/usage.md "Tests"). Earlier measured (2026-11-27,
+    seed 1, one torch thread as in the fast tier, beside another run): 15 iterations −10.99 → −9.97,
+    +1.02 ± 0.32 (3.2 s.e.), 158 s; 12 iterations +0.74 ± 0.30 (2.5 s.e.), 142 s; 12 at lr 2e-4
+    +0.51 ± 0.32. On 200 episodes: 20 iterations (the test until 2026-11-27) −11.76 → −10.16, +1.59
+    ± 0.50 (3.2 s.e.), 175 s in CI; 10 iterations at lr 1e-4 +1.03 ± 0.49, at 3e-4 +1.10 ± 0.54, at
+    3e-5 +0.54 ± 0.44. What this test replaced: IQL + AWR against BC, both 200 steps from scratch on
+    the same data ("at least BC", paired > −2 s.e.). It proved no learning: the untrained tiny actor
+    scores −14.74 on those 200 episodes (random words name the target often in the 10-word game), BC
+    −16.77 and IQL + AWR −16.05, both below it."""
     import envs
 
     actor, _ = bc_actor
@@ -379,16 +382,16 @@ def test_learning_iql_awr_from_the_bc_actor_raises_the_return(tmp_path, bc_actor
             checkpoint_every=0,
             device="cpu",
             seed=1,
-            iterations=15,
+            iterations=20,
             critic_updates_per_iter=20,
             actor_updates_per_iter=20,
             actor_lr=1e-4,
-            eval_every=15,  # = iterations: the start evaluation only (training RNG untouched)
+            eval_every=20,  # = iterations: the start evaluation only (training RNG untouched)
         )
     )
     s = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     rise, se = paired_difference(s["eval_returns"], s["start_eval_returns"])
-    assert rise > 2 * se, (s["start_eval_return"], s["eval_return"], rise, se)
+    assert_margin(rise, se, 2, (s["start_eval_return"], s["eval_return"], rise, se))
 
 
 def test_preset_paper_sets_table_1s_variant_and_the_papers_critic(capsys):

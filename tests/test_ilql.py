@@ -18,7 +18,7 @@ import torch
 
 import envs
 import ilql
-from helpers import load_checkpoint, paired_difference, run_dir
+from helpers import assert_margin, load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -190,6 +190,7 @@ def test_policy_logits_brute_force_and_the_advantage_clip():
         assert torch.allclose(r, r[0].expand_as(r)) and (ratio[i][better[i] == 0] < r[0]).all()
 
 
+@pytest.mark.numerics
 def test_beta_zero_is_pi_beta_and_the_cached_values_equal_full_forwards(model):
     lm, value, target, tok = model
     target = ilql.target_network(value).eval()
@@ -380,20 +381,24 @@ def test_preset_paper_sets_the_lmrl_values_and_command_line_flags_win(capsys):
 def test_learning_the_decoded_policy_beats_its_own_pi_beta(tmp_path):
     """ILQL from scratch (tiny model) on 2,000 scripted episodes of the 10-word game, 120 steps of
     batch 32, Polyak rate τ 0.05 (faster than the default 0.005, for so few steps), β 4, seed 1:
-    the extracted policy π (Eq. 8.7) beats π_β, the LM it tilts, on the same 100 sampled
+    the extracted policy π (Eq. 8.7) beats π_β, the LM it tilts, on the same 400 sampled
     evaluation episodes by more than 2 paired s.e.; and greedy π is not worse than greedy π_β
     (sharpening alone cannot move the argmax).
 
-    Measured with the three transformers (seed 1, one torch thread): π −14.78 against π_β −17.20,
-    +2.42 ± 0.90 (2.7 s.e.); greedy −18.10 against −20.00; 112 s at a load average of ~3 on 2 cores
-    (docs/ilql.md; with the earlier shared trunk +3.16 ± 0.67, 4.7 s.e.)."""
+    Measured 2026-12-02 on an AMD EPYC (one torch thread): on 400 episodes π −13.28 against π_β
+    −17.53, +4.25 ± 0.45 (9.5 s.e.), greedy −18.20 against −20.00; on 100 (the test until then)
+    +2.11 ± 0.78 (2.7 s.e.: under the 3 s.e. a test needs to hold on other CPUs; docs/usage.md
+    "Tests"). Earlier measured with the three transformers (seed 1, one torch thread): π −14.78
+    against π_β −17.20, +2.42 ± 0.90 (2.7 s.e.); greedy −18.10 against −20.00; 112 s at a load
+    average of ~3 on 2 cores (docs/ilql.md; with the earlier shared trunk +3.16 ± 0.67, 4.7
+    s.e.)."""
     ilql.main(
         ilql.Args(
             output_dir=str(tmp_path),
             iterations=3,
             tau=0.05,
             eval_every=0,
-            eval_episodes=100,
+            eval_episodes=400,
             checkpoint_every=0,
             device="cpu",
             seed=1,
@@ -401,5 +406,5 @@ def test_learning_the_decoded_policy_beats_its_own_pi_beta(tmp_path):
     )
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     diff, se = paired_difference(summary["eval_returns"], summary["start_eval_returns"])  # π_β
-    assert diff > 2 * se, (summary["start_eval_return"], summary["eval_return"], diff, se)
+    assert_margin(diff, se, 2, (summary["start_eval_return"], summary["eval_return"], diff, se))
     assert summary["eval_return_greedy"] >= summary["behavior_eval_greedy"]["return"]
