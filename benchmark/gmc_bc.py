@@ -6,7 +6,7 @@
 The Twenty Questions recipe (filtered_bc.py offline, rho 1.0: 800 steps of batch 64 at lr 1e-3 on
 2,000 scripted episodes of the data policy) applied to Guess My City, and one change at a time:
   base      the recipe as is: `tiny` (GPT-2 4 layers x 128, byte-level BPE of 1,024 tokens)
-  steps1600 2x the steps (1,600: what the Guess My City commands in the README use)
+  steps1600 2x the steps (1,600: what the Guess My City commands in the docs use)
   steps2400 3x the steps
   lr3e-3    3x the learning rate
   data      4x the data (8,000 episodes) and 4x the steps

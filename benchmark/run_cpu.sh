@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python benchmark/online.py "$@"        # ArCHer Fig. 3 in miniature: 5 methods x 3 seeds, 320 episodes each
 python benchmark/online.py --budget 1024 --eval-every-episodes 128 --methods archer chai filtered_bc ppo_token \
-    --threads 1 --out runs/benchmark/online_1024  # the README's comparison: 4 methods x 3 seeds, 1,024 episodes (~1.8 h)
+    --threads 1 --out runs/benchmark/online_1024  # docs/benchmark.md's comparison: 4 methods x 3 seeds, 1,024 episodes (~1.8 h)
 python benchmark/online.py --env guess_my_city --bc-steps 1600 --seeds 1 \
     --out runs/benchmark/online_gmc  # the same on Guess My City, seed 1 (~1.5 h: CHAI's runs are the longest)
 python benchmark/offline_table.py      # ArCHer Table 1 in miniature: 6 rows, seeds 1-2 (REINFORCE rows: seed 1)

@@ -8,7 +8,7 @@ file supplies the environment.
 
 Observation: ``"Questions:\\n"`` followed by one line ``"<question> <answer>\\n"`` per turn so far.
 
-Deliberate choices (documented in the README):
+Deliberate choices (documented in docs/envs.md):
 - hitting the 20-question cap is a *terminal* state (``terminated=True``), not a truncation: the
   number of questions asked is part of the state in these games (docs/equations.md §1: "turn limit
   is terminal").

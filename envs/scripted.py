@@ -11,7 +11,7 @@ for ``c``) and then, in ``mode="suboptimal"`` (the default):
 - with probability ``p_early`` guesses a random consistent target before it is sure,
 - guesses as soon as one candidate is left.
 ``mode="greedy"`` asks the question that splits the candidates most evenly and guesses when one is
-left (a good questioner, reported next to the sub-optimal one in the README).
+left (a good questioner, reported next to the sub-optimal one in docs/envs.md).
 """
 
 from __future__ import annotations

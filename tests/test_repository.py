@@ -166,5 +166,80 @@ def test_the_docs_show_the_budget_as_it_is():
     )
 
 
+# --- the README as a front door (issue 70): what it shows is what was measured -----------------
+def tables(path):
+    """The markdown tables of a file: each a list of rows, each row a list of stripped cells."""
+    found, rows = [], []
+    for line in open(os.path.join(ROOT, path), encoding="utf-8").read().splitlines() + [""]:
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            found, rows = found + [rows], []
+    return found
+
+
+def table(path, *header):
+    """The rows below the header of the one table in `path` whose header starts with `header`."""
+    (rows,) = [t for t in tables(path) if t[0][: len(header)] == list(header)]
+    return rows[2:]
+
+
+def default_runs():
+    """benchmark/results/defaults.md, seed 1: {script: (minutes, paired gain ± s.e.)}."""
+    rows = table("benchmark/results/defaults.md", "script", "seed", "minutes")
+    return {r[0]: (r[2], r[4].split(" (")[0]) for r in rows if r[1] == "1"}
+
+
+def test_the_readme_shows_the_default_runs_as_measured():
+    """README.md's table of scripts has one row per top-level script with the minutes and the
+    paired gain of its default run exactly as benchmark/results/defaults.md has them (seed 1), and
+    docs/benchmark.md "Default runs" shows the same; every other gain (`x ± y`) or `N minutes` the
+    README states is one of them (the quickstart's POAD run), except the fast test tier's range,
+    which is docs/usage.md's "Tests"."""
+    import re
+
+    runs = default_runs()
+    assert sorted(runs) == ALGORITHM_FILES, sorted(runs)
+    readme = {r[0].strip("`"): (r[3], r[4]) for r in table("README.md", "script", "implements")}
+    assert readme == runs, {s: (readme.get(s), runs[s]) for s in runs if readme.get(s) != runs[s]}
+    bench = table("docs/benchmark.md", "script", "minutes (seed 1, alone)")
+    shown = {
+        r[0].split()[0]: (r[1].rstrip(" †"), re.search(r"\(([+−-]\d+\.\d+ ± \d+\.\d+)", r[2])[1])
+        for r in bench
+    }
+    assert shown == runs, {s: (shown.get(s), runs[s]) for s in runs if shown.get(s) != runs[s]}
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    gains = set(re.findall(r"[+−-]?\d+\.\d+ ± \d+\.\d+", text))
+    allowed = {g for _, g in runs.values()}
+    assert gains <= allowed, f"README: gains that are not defaults.md's: {gains - allowed}"
+    usage = open(os.path.join(ROOT, "docs", "usage.md"), encoding="utf-8").read()
+    (fast_tier,) = re.findall(r"about (\d+–\d+)\s+minutes on two cores", text)  # the test tier
+    assert f"about **{fast_tier} minutes** on two cores" in usage, "docs/usage.md: the tier's time"
+    minutes = set(re.findall(r"(\d[\d.–]*) minutes", text)) - {fast_tier}
+    allowed = {m for m, _ in runs.values()}
+    assert minutes <= allowed, f"README: minutes that are not defaults.md's: {minutes - allowed}"
+    quickstart = text.split("## Quickstart")[1].split("##")[0]
+    assert "{} minutes".format(runs["poad.py"][0]) in quickstart, "the quickstart's POAD minutes"
+    assert runs["poad.py"][1] in quickstart, "the quickstart's POAD gain"
+
+
+def test_the_readme_lists_every_env_and_pins_what_requirements_pin():
+    """README.md's table of envs names each of envs.names() once and nothing else, a count of envs
+    it states is theirs, and every `package==version` it names is requirements.txt's."""
+    import re
+
+    import envs
+
+    named = [n for r in table("README.md", "env", "paper") for n in re.findall(r"`(\w+)`", r[0])]
+    assert sorted(named) == sorted(envs.names()), sorted(set(named) ^ set(envs.names()))
+    assert len(named) == len(set(named)), named
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    for count in re.findall(r"(\d+) envs\b", text):
+        assert int(count) == len(envs.names()), f"README: {count} envs, not {len(envs.names())}"
+    pins = open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8").read()
+    for pin in re.findall(r"[\w.-]+==[\w.]+", text):
+        assert pin in pins, f"README names {pin}, requirements.txt does not"
+
+
 if __name__ == "__main__":
     print(budget_table())
