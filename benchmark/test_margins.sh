@@ -5,7 +5,7 @@
 # run at one torch thread whatever the setting (tests/conftest.py), so the four columns should
 # agree on one machine; another CPU's float kernels still move them. Writes FILE.jsonl per
 # setting under OUT (default runs/test_margins) and prints the table docs/usage.md "Tests" holds.
-#   bash benchmark/test_margins.sh [OUT]       (~1 hour on two cores: the two -n 0 runs together)
+#   bash benchmark/test_margins.sh [OUT]       (~75 minutes on two cores: the two -n 0 runs together)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/test_margins}
