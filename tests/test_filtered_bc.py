@@ -348,9 +348,8 @@ def test_learning_bc_imitates_the_scripted_policy_and_online_filtered_bc_keeps_i
     online = json.loads((run_dir(online_out) / "summary.json").read_text())
     assert online["episodes"] == 20 * 32
     diff, se = paired_difference(online["eval_returns"], bc["eval_returns"])
-    assert_margin(
-        diff, se, -2, (bc["eval_return"], online["eval_return"])
-    )  # no significant decline
+    # no significant decline
+    assert_margin(diff, se, -2, (bc["eval_return"], online["eval_return"]))
 
 
 @pytest.mark.slow
