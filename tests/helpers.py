@@ -41,13 +41,15 @@ def assert_margin(value, se, k, context=()):
     s.e., k, threads, xdist worker} as a JSON line, so benchmark/test_margins.sh can tabulate every
     learning test's margin under several worker and thread counts (docs/usage.md, "Tests")."""
     import json
+    import math
     import os
 
     import torch
 
     if os.environ.get("TURNRL_MARGINS"):
         row = dict(test=os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], k=k)
-        row.update(value=float(value), se=float(se), margin=float(value) / float(se))
+        margin = float(value) / float(se) if se else math.copysign(math.inf, value)
+        row.update(value=float(value), se=float(se), margin=margin)
         row.update(threads=torch.get_num_threads(), worker=os.environ.get("PYTEST_XDIST_WORKER"))
         with open(os.environ["TURNRL_MARGINS"], "a") as f:
             f.write(json.dumps(row) + "\n")
