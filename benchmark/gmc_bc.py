@@ -17,7 +17,8 @@ The Twenty Questions recipe (filtered_bc.py offline, rho 1.0: 800 steps of batch
 Every run is evaluated on the same --eval-episodes episodes (sampled) and written to
 runs/benchmark/gmc_bc/<variant>/; the table (success, return, parameters, time) goes to stdout and
 benchmark/results/gmc_bc.md. Model variants are saved as local folders (--actor <folder>), so the
-algorithm scripts need no new flags for this measurement."""
+algorithm scripts need no new flags for this measurement: it runs them only through their command
+line and reads each run's summary.json."""
 
 import argparse
 import json
@@ -28,6 +29,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tokenizer_copy.tokenizer
 ENV = "guess_my_city"
 VARIANTS = {  # name -> (model: (layers, width, vocab, split), BC steps, lr, scripted episodes)
     "base": ((4, 128, 1024, "lines"), 800, 1e-3, 2000),
@@ -41,45 +43,19 @@ VARIANTS = {  # name -> (model: (layers, width, vocab, split), BC steps, lr, scr
 }
 
 
-def word_tokenizer(texts, vocab_size):
-    """Byte-level BPE with GPT-2's word pre-split (the `tiny` one splits at newlines only)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>"],
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        bos_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-    )
-
-
 def make_actor(layers, width, vocab, split, path):
     """A fresh GPT-2 of this shape with a BPE of `vocab` tokens on the env's text, saved to `path`
-    (filtered_bc.py's `tiny` is layers 4, width 128, vocab 1024)."""
+    (filtered_bc.py's `tiny` is layers 4, width 128, vocab 1024). The BPE is benchmark/
+    tokenizer_copy.py's: split `lines` is its `newline` (the scripts' train_tiny_tokenizer, the
+    same ids), `words` its `gpt2` (GPT-2's word pre-split), so no script is imported."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     import envs
-    from filtered_bc import train_tiny_tokenizer
+    from tokenizer_copy import tokenizer
 
     texts = envs.corpus(ENV, 3000)
-    tok = (
-        train_tiny_tokenizer(texts, vocab_size=vocab)
-        if split == "lines"
-        else word_tokenizer(texts, vocab)
-    )
+    tok = tokenizer(texts, {"lines": "newline", "words": "gpt2"}[split], vocab_size=vocab)
     torch.manual_seed(0)
     config = GPT2Config(
         vocab_size=len(tok),

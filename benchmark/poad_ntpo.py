@@ -55,18 +55,20 @@ VARIANTS = {
 
 def tiny_with_vocab(vocab: int, env: str, out: str):
     """A randomly initialised `tiny` actor (poad.py's shape, seed 1) whose tokenizer has `vocab`
-    entries, saved to <out>/tiny_vocab<vocab>/ (loadable with --actor); the BC start trains it."""
+    entries, saved to <out>/tiny_vocab<vocab>/ (loadable with --actor); the BC start trains it.
+    The tokenizer is benchmark/tokenizer_copy.py's `newline` split: the same BPE as the scripts'
+    train_tiny_tokenizer (tests/test_benchmark.py checks the ids), without importing a script."""
     path = os.path.join(out, f"tiny_vocab{vocab}")
     if os.path.exists(os.path.join(path, "config.json")):
         return path
-    sys.path.insert(0, ROOT)
+    sys.path.insert(0, ROOT)  # envs/
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     import envs
-    from poad import train_tiny_tokenizer
+    from tokenizer_copy import tokenizer
 
-    tok = train_tiny_tokenizer(envs.corpus(env, 3000), vocab_size=vocab)
+    tok = tokenizer(envs.corpus(env, 3000), "newline", vocab_size=vocab)
     torch.manual_seed(1)
     config = GPT2Config(
         vocab_size=len(tok),

@@ -8,8 +8,8 @@ Reads every run's summary.json and TensorBoard scalars under --runs:
                                                                      20Q; online_gmc: Guess My City)
   offline/<row>/seed<k>/<run>/         benchmark/offline_table.py -> offline.csv, offline.md
   qsft*/<game>/<method>/seed<k>/<run>/ benchmark/offline_qsft.py -> <group>_<game>.csv/.md
-  throughput/throughput.json, timing/<method>/<run>/
-                                       benchmark/throughput.py    -> throughput.md, timing.csv
+  throughput/throughput.json           experiments/throughput.py  -> throughput.md
+  timing/<method>/seed1/<run>/         benchmark/timing.py        -> timing.csv, timing.md
   poad*/<variant>/seed<k>/<run>/       benchmark/poad_ntpo.py     -> <group>.md, <group>_curves.png
 and writes results.md (all tables, with the commit and date) to --results. Missing parts are left
 out.

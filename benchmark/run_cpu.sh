@@ -20,7 +20,8 @@ python benchmark/poad_ntpo.py --tiny-vocab 400 --budget 192 \
 python benchmark/offline_qsft.py --games twenty_questions_subset chess_endgame --jobs 2 --extra "--torch-threads 1"
 python benchmark/offline_qsft.py --games wordle_small --steps 3000 --out runs/benchmark/qsft3000 --jobs 2 \
     --extra "--torch-threads 1"
-python benchmark/throughput.py         # rollout path vs bare generate; seconds per iteration per algorithm
+python experiments/throughput.py       # rollout path vs bare generate (a probe that imports the scripts)
+python benchmark/timing.py             # seconds per iteration per algorithm, through the command line
 python benchmark/tokenizer_copy.py --out benchmark/results/tokenizer_copy.md  # issue 55's lever 1, every env
 python benchmark/report.py             # -> benchmark/results/{results.md,online*_curves.png,*.csv,*.md}
 python benchmark/defaults.py || echo "a default run misses the bar: benchmark/results/defaults.md"  # ~1 h, alone

@@ -16,21 +16,19 @@ tokens of an action, and, where an action copies an argument from the page (WebS
 ALFWorld's objects and receptacles), how many copies are token-for-token: the action's tokens that
 cover the argument start and end on its characters (a leading space allowed) and occur contiguously
 in the observation's ids. --write-actor writes an actor folder with a chosen split, positions
-(lever 2: learned as `tiny`, or rotary) and synthetic copy pretraining (lever 4, --copy-steps);
---clicks counts an actor's WebShop code clicks that name a code on their page
-(or, on an alfworld env, its admissible `take` commands).
+(lever 2: learned as `tiny`, or rotary) and synthetic copy pretraining (lever 4, --copy-steps).
+It needs none of the scripts' code: the scripts load the actor it writes with --actor DIR.
+Counting a trained actor's valid clicks plays the scripts' own rollout, so it is an experiment:
+experiments/copy_clicks.py (`python experiments/copy_clicks.py ACTOR --env webshop`).
 
     python benchmark/tokenizer_copy.py                       # every env (35 s for the 20Q subset)
     python benchmark/tokenizer_copy.py --envs webshop alfworld_pick --episodes 10
     python benchmark/tokenizer_copy.py --envs webshop --write-actor ws_words  # --actor ws_words
     python benchmark/tokenizer_copy.py --envs webshop --write-actor ws_copy --positions rotary \
         --copy-steps 1000                 # levers 2 and 4: rotary positions, copy pretraining
-    python benchmark/tokenizer_copy.py --envs webshop --clicks runs/<run>/actor --episodes 100
-    python benchmark/tokenizer_copy.py --envs alfworld_pick --clicks runs/<run>/actor --greedy
 """
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -170,43 +168,6 @@ def repeat_accuracy(model, seqs):
     return int(ok) / total
 
 
-def click_copies(actor: str, name: str, episodes: int, greedy: bool = False):
-    """The actor's episodes (sampled, or greedy) on filtered_bc.py's evaluation episodes: (mean
-    score, s.e., valid copies, copies) as valid_clicks counts them. An actor saved by a run
-    (`<run>/actor`) plays with its run's --max-obs-tokens and --max-new-tokens (its args.json)."""
-    import torch
-
-    sys.argv = sys.argv[:1]
-    import filtered_bc as fb
-
-    saved = os.path.join(os.path.dirname(os.path.abspath(actor)), "args.json")
-    run = json.load(open(saved)) if os.path.exists(saved) else {}
-    keep = {k: run[k] for k in ("max_obs_tokens", "max_new_tokens") if k in run}
-    args = fb.Args(env=name, actor=actor, **keep)
-    model, tok = fb.load_actor(actor, args)
-    targets = envs.make(name).targets
-    targets = [targets[i % len(targets)] for i in range(episodes)]
-    torch.manual_seed(fb.EVAL_SEED)
-    with torch.no_grad():
-        trajs, _ = fb.run_episodes(model.eval(), tok, args, episodes, fb.EVAL_SEED, greedy, targets)
-    stats = envs.episode_stats(trajs)
-    return stats["return"], stats["return_se"], *valid_clicks(trajs)
-
-
-def valid_clicks(trajs):
-    """(valid, all) copies: WebShop code clicks (`click[B0...]`), valid when `[code]` is on their
-    page, and ALFWorld `take` commands, valid when admissible (the result that the next observation
-    shows is not "Nothing happens." — before the listed commands in `alfworld_pick_listed`; an
-    episode's last command has none and is not counted)."""
-    clicks = [s for t in trajs for s in t["steps"] if re.fullmatch(r"click\[B0\w+\]", s["action"])]
-    pairs = [(a, b) for t in trajs for a, b in zip(t["steps"], t["steps"][1:])]
-    takes = [b["observation"] for a, b in pairs if a["action"].lower().startswith("take ")]
-    ok = sum(s["action"][5:] in s["observation"] for s in clicks)
-    results = [o.split("\nAdmissible commands: ")[0].removesuffix("\n>") for o in takes]
-    ok += sum(not r.endswith("\nNothing happens.") for r in results)
-    return ok, len(clicks) + len(takes)
-
-
 def copied_argument(name: str, action: str):
     """The part of `action` the page must supply: WebShop's click target, ALFWorld's object."""
     m = re.fullmatch(r"click\[(.*)\]", action)
@@ -270,31 +231,15 @@ def main(argv=None):
         default=0,
         help="for --write-actor: synthetic copy pretraining steps (0: untrained)",
     )
-    p.add_argument(
-        "--clicks",
-        default="",
-        help="an actor: its copies on --envs webshop (code clicks naming a code on their page) "
-        "or an alfworld env (admissible `take` commands)",
-    )
-    p.add_argument("--greedy", action="store_true", help="for --clicks: greedy, not sampled")
     a = p.parse_args(argv)
     if a.episodes < 1 or a.corpus < 1 or a.copy_steps < 0:
         p.error("--episodes and --corpus must be at least 1, --copy-steps at least 0")  # exit 2
-    copying = a.envs[0] == "webshop" or a.envs[0].startswith("alfworld")
-    if (a.write_actor or a.clicks) and len(a.envs) != 1 or a.clicks and not copying:
-        p.error("--write-actor and --clicks need one env in --envs; --clicks webshop or alfworld*")
+    if a.write_actor and len(a.envs) != 1:
+        p.error("--write-actor needs one env in --envs")  # exit 2
     if (a.copy_steps or a.positions != "learned") and not a.write_actor:
         p.error("--positions and --copy-steps shape the actor that --write-actor DIR writes")
-    if a.greedy and not a.clicks:
-        p.error("--greedy is for --clicks ACTOR")
-    if a.clicks and not os.path.isdir(a.clicks):
-        p.error(f"--clicks {a.clicks}: no such actor folder")  # exit 2, nothing loaded
     if a.write_actor:
         return write_actor(a.envs[0], a.split, a.corpus, a.write_actor, a.positions, a.copy_steps)
-    if a.clicks:
-        score, se, ok, n = click_copies(a.clicks, a.envs[0], a.episodes, a.greedy)
-        what = "code clicks valid" if a.envs[0] == "webshop" else "take commands admissible"
-        return print(f"score {score:.3f} ± {se:.3f}; {ok} of {n} {what}")
     lines = ["| env | last observation, tokens: newline → words (×) / gpt2 | action tokens: "]
     lines[0] += "newline → words | copies token-for-token: newline → words / gpt2 |"
     lines.append("|---|---|---|---|")

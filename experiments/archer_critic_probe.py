@@ -1,9 +1,14 @@
 """ArCHer's critic under a probe: does it tell a right guess from a wrong one, and a new question
 from a repeated one? (ArCHer's long-run collapse; docs/archer.md, "What did not work")
 
-    python benchmark/archer_critic_probe.py                       # train the critic offline, probe
-    python benchmark/archer_critic_probe.py --critic-input joint  # the joint s+a ablation
-    python benchmark/archer_critic_probe.py --run runs/<run>      # probe an archer.py run's critic
+    python experiments/archer_critic_probe.py                       # train a critic offline, probe
+    python experiments/archer_critic_probe.py --critic-input joint  # the joint s+a ablation
+    python experiments/archer_critic_probe.py --run runs/<run>      # probe a run's saved critic
+
+A one-off probe that imports archer.py's internals on purpose (its critic, losses, actor loader and
+rollout): it trains the critic outside any run, which no command line of archer.py does. So it
+lives in experiments/, not benchmark/ (benchmark/ runs the scripts only through their command line),
+and may need updating when archer.py's internals change.
 
 Offline mode trains archer.py's critic with its own losses (Eq. 1 and Eq. 2, double heads, Polyak
 target, archer.py's learning rate, batch 64) on scripted episodes of the 10-word Twenty

@@ -1,9 +1,16 @@
-"""Throughput: the scripts' rollout path versus bare `generate`, and seconds per training iteration
-per algorithm.
+"""Throughput probes: the scripts' rollout path versus bare `generate`, decode and row-group A/Bs,
+and how far an iteration is from the cores' arithmetic limit.
 
-    python benchmark/throughput.py  # ~6 min on 2 cores; then python benchmark/report.py
-    python benchmark/throughput.py --compare-row-groups  # ~5 min: 3. below
-    python benchmark/throughput.py --iteration-arithmetic  # ~10 min: 4. below
+    python experiments/throughput.py  # 1. below; then python benchmark/report.py
+    python experiments/throughput.py --compare-row-groups  # ~5 min: 3. below
+    python experiments/throughput.py --iteration-arithmetic  # ~10 min: 4. below
+
+A one-off probe that imports the scripts' internals on purpose (filtered_bc.py's actor loader and
+run_episodes, archer.py's critic, every script's entry point under a FLOP counter): what it
+measures is inside a run, where no command line reaches. So it lives in experiments/, not
+benchmark/ (benchmark/ runs the scripts only through their command line), and may need updating
+when the scripts' internals change. Seconds per iteration per algorithm, through the command line,
+are benchmark/timing.py's.
 
 1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays
    a batch of episodes: per turn it tokenises the live observations, left-pads them, calls
@@ -18,11 +25,9 @@ per algorithm.
    (matmul_flops_per_s): how far the rollout path is from what the cores can multiply. Models: the
    BC actor of benchmark/online.py (or the untrained tiny actor) and, if installed, smollm2-135m (a
    real 135M-parameter LM; 8 episodes of 5 turns). Rollout batches and their bare replays
-   alternate, so drift in the machine's speed hits both alike.
-2. Iterations. Every online script runs --timing-iterations iterations from the BC actor (no
-   evaluation in between; archer.py without warm-up so every iteration has its actor steps) and
-   archer_offline.py as many; seconds per iteration = the median gap between consecutive
-   per-iteration TensorBoard logs (report.py computes it).
+   alternate, so drift in the machine's speed hits both alike. Written to
+   <out>/throughput/throughput.json, which benchmark/report.py reads.
+2. Iterations: benchmark/timing.py (seconds per iteration, each script through its command line).
 3. Row groups (--compare-row-groups): compare_row_groups, the A/B behind Critic.encode's
    length-sorted row groups (archer.py, chai.py, archer_offline.py). The actor's row groups in
    action_logprobs were dropped in the diet (2-5% of an ArCHer iteration, docs/benchmark.md).
@@ -40,18 +45,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from online import find_run, run_pool  # noqa: E402
-
-TIMING = {  # method -> (script, flags)
-    "archer": ("archer.py", ["--bc-steps", "0", "--warmup-iters", "0"]),
-    "archer_baseline": ("archer.py", ["--bc-steps", "0", "--warmup-iters", "0", "--use-baseline"]),
-    "chai": ("chai.py", ["--bc-steps", "0"]),
-    "filtered_bc": ("filtered_bc.py", ["--offline-steps", "0"]),
-    "ppo_token": ("ppo_token.py", ["--bc-steps", "0"]),
-    "archer_offline": ("archer_offline.py", ["--scripted-episodes", "1000"]),
-    "qsft": ("qsft.py", ["--bc-steps", "0"]),
-}
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+from online import find_run  # noqa: E402  (benchmark/online.py)
+from timing import TIMING, default_actor  # noqa: E402  (benchmark/timing.py)
 
 
 def measure_rollouts(model_name, env, n, repeats=3, max_turns=20, device="cpu"):
@@ -424,8 +420,6 @@ def main():
     p.add_argument(
         "--smollm-turns", type=int, default=5, help="turns per smollm2-135m episode (CPU time)"
     )
-    p.add_argument("--timing-iterations", type=int, default=4)
-    p.add_argument("--skip-timing", action="store_true", help="only the rollout measurement")
     p.add_argument(
         "--compare-decode",
         type=int,
@@ -458,15 +452,7 @@ def main():
                 for b in a.compare_decode:
                     print(json.dumps(compare_decode(model_name, a.env, b)), flush=True)
         return
-    actor, label = a.actor, a.actor
-    if not actor:
-        bc = find_run(os.path.join(ROOT, "runs", "benchmark", "online", "bc"))
-        actor = os.path.join(bc, "actor") if bc else "tiny"
-        label = (
-            f"{json.load(open(os.path.join(bc, 'summary.json')))['args']['actor']} (BC)"
-            if bc
-            else "tiny (untrained)"
-        )
+    actor, label = (a.actor, a.actor) if a.actor else default_actor()
     if a.iteration_arithmetic is not None:
         os.chdir(ROOT)  # the scripts find envs/ and write runs/ from the repository root
         out = os.path.join(a.out, "arithmetic", time.strftime("%Y%m%d-%H%M%S"))
@@ -492,36 +478,6 @@ def main():
             print(json.dumps(results[-1]), flush=True)
     with open(os.path.join(a.out, "throughput", "throughput.json"), "w") as f:
         json.dump(results, f, indent=2)
-
-    if not a.skip_timing:
-        jobs = []
-        for method, (script, flags) in TIMING.items():
-            out = os.path.join(a.out, "timing", method, "seed1")
-            if find_run(out) is None:
-                cmd = [
-                    sys.executable,
-                    script,
-                    *flags,
-                    "--actor",
-                    actor,
-                    "--env",
-                    a.env,
-                    "--iterations",
-                    str(a.timing_iterations),
-                    "--eval-every",
-                    "0",
-                    "--eval-episodes",
-                    "8",
-                    "--checkpoint-every",
-                    "0",
-                    "--seed",
-                    "1",
-                    "--output-dir",
-                    out,
-                ]
-                jobs.append((method, out, cmd))
-        if run_pool(jobs, 1, os.cpu_count() or 2):
-            sys.exit(1)
     print("now: python benchmark/report.py")
 
 
