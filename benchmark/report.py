@@ -23,6 +23,7 @@ return is at or above it ("> budget" if never)."""
 import argparse
 import csv
 import datetime
+import glob
 import json
 import math
 import os
@@ -53,10 +54,13 @@ LABELS = {
 
 
 def scalars(run_dir):
-    """{tag: [(step, value, wall_time), ...]} from the TensorBoard event files of one run."""
+    """{tag: [(step, value, wall_time), ...]} from the TensorBoard event files of one run (in
+    <run>/<wandb project>/, where accelerate's tracker writes them; older runs: in <run>/)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    events = sorted(glob.glob(os.path.join(run_dir, "**", "events.out.tfevents*"), recursive=True))
+    folder = os.path.dirname(events[0]) if events else run_dir
+    acc = EventAccumulator(folder, size_guidance={"scalars": 0})
     acc.Reload()
     return {
         tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)]
@@ -458,8 +462,8 @@ def plot_qsft(runs, game, path):
     for i, r in enumerate(runs):
         color, per = f"C{i}", r["summary"]["args"].get("updates_per_iter", 1)
         nll = r["scalars"].get("losses/bc_nll", [])
-        axes[0].plot([x[0] for x in nll], [x[1] for x in nll], color=color, lw=0.8,
-                     label=f"seed {r['seed']}")  # fmt: skip
+        steps, values = [x[0] for x in nll], [x[1] for x in nll]  # since issue 70: one point
+        axes[0].plot(steps, values, color=color, lw=0.8, marker=".", label=f"seed {r['seed']}")
         for tag, ls, what in [
             ("values/target", "-", "target w"),
             ("values/likelihood", "--", "p_θ"),

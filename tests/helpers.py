@@ -112,3 +112,16 @@ def launch_two_processes(script, flags, timeout=600):
     return subprocess.run(
         launch + list(flags), cwd=root, capture_output=True, text=True, env=env, timeout=timeout
     )
+
+
+def parse(mod, **flags):
+    """mod.parse_args on the command line these flags write (--name value; a bool --name or
+    --no-name): what `python mod.py --name value ...` would run."""
+    argv = []
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + name.replace("_", "-"))
+        else:
+            argv += [flag, str(value)]
+    return mod.parse_args(argv)

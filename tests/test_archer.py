@@ -15,6 +15,7 @@ import torch
 import archer
 import envs
 from helpers import (
+    parse,
     assert_close_sums,
     assert_margin,
     launch_two_processes,
@@ -425,7 +426,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
         "start_eval_return" in summary
         and summary["history"][1]["losses/actor_loss"] == summary["history"][1]["losses/actor_loss"]
     )
-    assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
+    assert any(f.name.startswith("events.out.tfevents") for f in (d / "turnrl").iterdir())
     ckpt = load_checkpoint(d)  # models [actor, critic], registered objects [target, RunState]
     state = ckpt["custom"][1]
     # reload the saved actor and critic by path: their weights equal the trained ones
@@ -442,7 +443,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
     }  # transitions (s, a, r, s', d)
     # resume to 4 iterations: continues at iteration 3 with the buffer, the episode count and the
     # history restored
-    archer.main(archer.resolve_args(small_args(tmp_path, iterations=4, resume=str(d))))
+    archer.main(parse(archer, iterations=4, resume=str(d)))
     summary = json.loads((d / "summary.json").read_text())
     assert [h["iteration"] for h in summary["history"]] == [1, 2, 3, 4] and summary[
         "episodes"
@@ -468,7 +469,7 @@ def test_smoke_with_joint_critic_input(tmp_path):
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):
     with pytest.raises(SystemExit, match="not a run directory"):
-        archer.resolve_args(small_args(tmp_path, resume=str(tmp_path / "nothing")))
+        parse(archer, resume=str(tmp_path / "nothing"))
 
 
 def test_help_documents_every_flag():
@@ -871,12 +872,12 @@ def fake_model_dir(path, **config):
 
 
 def test_preset_paper_sets_table_2_and_command_line_flags_win(capsys):
-    """--preset paper (resolve_args): every value of the env's Table 2 column (PAPER) is set, the
+    """--preset paper (parse_args): every value of the env's Table 2 column (PAPER) is set, the
     paper's critic included, except the flags named on the command line, which keep their values
     even when equal to a default; the line printed says what changed."""
     argv = ["--preset", "paper", "--env=guess_my_city", "--actor-lr", "5e-5", "--gamma", "0.9"]
     args = archer.Args(preset="paper", env="guess_my_city", actor_lr=5e-5, gamma=0.9)
-    args = archer.resolve_args(args, argv)
+    args = archer.parse_args(argv)
     assert args.actor_lr == 5e-5 and args.gamma == 0.9  # named: kept (5e-5 is also the default)
     for name, value in archer.PAPER["guess_my_city"].items():
         if name not in ("actor_lr", "gamma"):
@@ -890,13 +891,13 @@ def test_preset_paper_sets_table_2_and_command_line_flags_win(capsys):
     # the full 20Q column: the smaller actor lr and 20 warm-up iterations; WebShop: 512 rollouts
     argv = ["--preset", "paper", "--env", "twenty_questions", "--critic", "minilm"]
     full = archer.Args(preset="paper", env="twenty_questions", critic="minilm")
-    full = archer.resolve_args(full, argv)
+    full = archer.parse_args(argv)
     assert (full.actor_lr, full.warmup_iters, full.critic) == (3e-5, 20, "minilm")
     assert archer.PAPER["webshop"]["rollouts_per_iter"] == 512
     assert archer.PAPER["detective"]["gamma"] == 0.98
     # a flag given with underscores counts as named
     args = archer.Args(preset="paper", batch_size=64)  # as tyro parses the line below
-    args = archer.resolve_args(args, ["--preset=paper", "--batch_size", "64"])
+    args = archer.parse_args(["--preset=paper", "--batch_size", "64"])
     assert args.batch_size == 64 and args.critic_lr == 6e-4
 
 
@@ -910,13 +911,11 @@ def test_preset_auto_follows_the_actor_and_tiny_or_resume_change_nothing(tmp_pat
         tmp_path / "big", hidden_size=576, num_hidden_layers=30, vocab_size=49152
     )
     for actor in ("tiny", tiny_dir):
-        assert archer.resolve_args(archer.Args(actor=actor)) == archer.Args(actor=actor)
+        assert parse(archer, actor=actor) == archer.Args(actor=actor)
     for actor in ("gpt2", "smollm2-135m", big_dir):
-        args = archer.resolve_args(archer.Args(actor=actor), ["--actor", actor, "--critic", "tiny"])
+        args = archer.parse_args(["--actor", actor, "--critic", "tiny"])
         assert args.actor_lr == 3e-4 and args.batch_size == 256 and args.critic == "tiny"
-    tiny_preset = archer.Args(actor="gpt2", preset="tiny")
-    assert archer.resolve_args(tiny_preset) == tiny_preset
+    assert parse(archer, actor="gpt2", preset="tiny") == archer.Args(actor="gpt2", preset="tiny")
     with pytest.raises(SystemExit, match="no paper values for --env wordle"):
-        archer.resolve_args(archer.Args(env="wordle", preset="paper"))
-    wordle = archer.Args(env="wordle", actor="gpt2")
-    assert archer.resolve_args(wordle) == wordle
+        parse(archer, env="wordle", preset="paper")
+    assert parse(archer, env="wordle", actor="gpt2") == archer.Args(env="wordle", actor="gpt2")

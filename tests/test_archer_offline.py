@@ -13,7 +13,14 @@ import pytest
 import torch
 
 import archer_offline as ao
-from helpers import assert_margin, launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    parse,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -232,7 +239,7 @@ def test_smoke_iql_awr_save_reload_and_resume_equals_an_uninterrupted_run(tmp_pa
         and len(summary["history"]) == 2
     )
     assert -4 <= summary["eval_return"] <= 0 and "eval_return_greedy" in summary
-    assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
+    assert any(f.name.startswith("events.out.tfevents") for f in (d / "turnrl").iterdir())
     ckpt = load_checkpoint(d)  # models [actor, critic], registered objects [target, RunState]
     assert ckpt["custom"][1]["iteration"] == 2 and "batch_rng" in ckpt["custom"][1]
     assert len(ckpt["optimizers"]) == 2 and len(ckpt["rng"]) == 1
@@ -243,10 +250,7 @@ def test_smoke_iql_awr_save_reload_and_resume_equals_an_uninterrupted_run(tmp_pa
     assert all(torch.equal(v, critic.state_dict()[k]) for k, v in ckpt["models"][1].items())
     # --resume to 4 iterations continues at iteration 3 and ends bit-identical to an uninterrupted
     # 4-iteration run
-    resume = small_args(
-        tmp_path / "a", dataset=str(path), iterations=4, eval_every=1, resume=str(d)
-    )
-    ao.main(ao.resolve_args(resume))
+    ao.main(parse(ao, iterations=4, resume=str(d)))
     history = json.loads((d / "summary.json").read_text())["history"]
     assert [h["iteration"] for h in history] == [1, 2, 3, 4]
     ao.main(small_args(tmp_path / "b", dataset=str(path), iterations=4, eval_every=1))
@@ -258,11 +262,10 @@ def test_smoke_iql_awr_save_reload_and_resume_equals_an_uninterrupted_run(tmp_pa
         assert all(torch.equal(v, b[k]) for k, v in a.items()), name
     # resuming on other data is refused: another data flag, or the same file with other contents
     with pytest.raises(SystemExit, match="--scripted-episodes 5"):
-        ao.resolve_args(small_args(tmp_path / "a", scripted_episodes=5, resume=str(d)))
+        parse(ao, scripted_episodes=5, resume=str(d))
     envs.save_dataset(str(path), envs.collect_scripted(ENV, 10, seed=3, max_turns=4))
     with pytest.raises(SystemExit, match="transitions"):
-        resume = small_args(tmp_path / "a", dataset=str(path), iterations=5, resume=str(d))
-        ao.main(ao.resolve_args(resume))
+        ao.main(parse(ao, iterations=5, resume=str(d)))
 
 
 def test_missing_data_or_checkpoint_fails_clearly(tmp_path):
@@ -270,7 +273,7 @@ def test_missing_data_or_checkpoint_fails_clearly(tmp_path):
         ao.main(small_args(tmp_path, scripted_episodes=0))
     assert not os.listdir(tmp_path)  # refused before anything is written
     with pytest.raises(SystemExit, match="not a run directory"):
-        ao.resolve_args(small_args(tmp_path, resume=str(tmp_path / "nothing")))
+        parse(ao, resume=str(tmp_path / "nothing"))
 
 
 def test_help_documents_every_flag():
@@ -395,13 +398,13 @@ def test_learning_iql_awr_from_the_bc_actor_raises_the_return(tmp_path, bc_actor
 
 
 def test_preset_paper_sets_table_1s_variant_and_the_papers_critic(capsys):
-    """--preset paper (resolve_args): the paper states no numbers for its offline runs, so PAPER
+    """--preset paper (parse_args): the paper states no numbers for its offline runs, so PAPER
     holds Table 1's winning variant (IQL + AWR) on Twenty Questions and App. A's critic; flags named
     on the command line win; the line printed says what changed; envs without values are refused
     (paper) or keep the defaults (auto)."""
     argv = ["--preset", "paper", "--env", "twenty_questions", "--actor-loss", "reinforce"]
     args = ao.Args(preset="paper", env="twenty_questions", actor_loss="reinforce")
-    args = ao.resolve_args(args, argv)
+    args = ao.parse_args(argv)
     assert (args.critic_loss, args.actor_loss, args.critic) == ("iql", "reinforce", "roberta-base")
     for name, value in ao.PAPER["twenty_questions"].items():
         if name != "actor_loss":
@@ -409,5 +412,5 @@ def test_preset_paper_sets_table_1s_variant_and_the_papers_critic(capsys):
     assert (args.actor_lr, args.critic_lr, args.gamma) == (1e-3, 1e-3, 0.99)  # no numbers
     assert "critic tiny -> roberta-base" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no paper values for --env twenty_questions_subset"):
-        ao.resolve_args(ao.Args(preset="paper"))
-    assert ao.resolve_args(ao.Args(actor="gpt2")) == ao.Args(actor="gpt2")
+        parse(ao, preset="paper")
+    assert parse(ao, actor="gpt2") == ao.Args(actor="gpt2")

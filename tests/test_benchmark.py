@@ -40,7 +40,7 @@ def fake_run(
     from torch.utils.tensorboard import SummaryWriter
 
     d = os.path.join(root, group, name, f"seed{seed}", f"run__{seed}")
-    w = SummaryWriter(d)
+    w = SummaryWriter(os.path.join(d, "turnrl"))  # where accelerate's tracker writes
     for s, r in zip(steps, returns):
         w.add_scalar("eval/episodic_return", r, s)
         w.add_scalar("eval/success_rate", 0.5 + r / 100, s)
@@ -668,7 +668,7 @@ def test_tokenizer_copy_writes_a_rotary_actor_pretrained_on_copy_sequences(tmp_p
     assert len(lines) == 6 and lines[-1].startswith("copy step 1/1 (≤ 448 tokens)"), lines
     model, _ = archer.load_actor(out, archer.Args(env="webshop"))
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.hidden_size == 128
-    args = archer.resolve_args(archer.Args(env="webshop", actor=out), [])
+    args = archer.parse_args(["--env", "webshop", "--actor", out])
     assert args.rollouts_per_iter == archer.Args().rollouts_per_iter  # tiny: no paper values
     for bad in (["--copy-steps", "5"], ["--positions", "rotary"]):  # without --write-actor: exit 2
         with pytest.raises(SystemExit) as e:

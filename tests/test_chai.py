@@ -12,7 +12,14 @@ import pytest
 import torch
 
 import chai
-from helpers import assert_margin, launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    parse,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -204,7 +211,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
         -20 <= summary["actor_eval_return"] <= 0
         and summary["history"][0]["charts/iteration_time_s"] > 0
     )
-    assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
+    assert any(f.name.startswith("events.out.tfevents") for f in (d / "turnrl").iterdir())
     ckpt = load_checkpoint(d)  # models [actor, critic], registered objects [target, RunState]
     state = {"actor": ckpt["models"][0], "critic": ckpt["models"][1], **ckpt["custom"][1]}
     # two optimisers, the warm start's and the critic's: the actor is never optimised after the BC
@@ -215,7 +222,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
     assert all(torch.equal(v, critic.state_dict()[k]) for k, v in state["critic"].items())
     # resume to 4 iterations: continues at iteration 3 with the buffer, the episode count and the
     # history restored; the actor stays exactly the frozen one
-    chai.main(chai.resolve_args(small_args(tmp_path, iterations=4, resume=str(d))))
+    chai.main(parse(chai, iterations=4, resume=str(d)))
     summary = json.loads((d / "summary.json").read_text())
     assert [h["iteration"] for h in summary["history"]] == [1, 2, 3, 4] and summary[
         "episodes"
@@ -243,7 +250,7 @@ def test_smoke_offline_with_cql(tmp_path):
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):
     with pytest.raises(SystemExit, match="not a run directory"):
-        chai.resolve_args(small_args(tmp_path, resume=str(tmp_path / "nothing")))
+        parse(chai, resume=str(tmp_path / "nothing"))
 
 
 def test_help_documents_every_flag():
@@ -367,11 +374,11 @@ def test_learning_reranking_beats_the_frozen_bc_actor(tmp_path, bc_actor):
 
 
 def test_preset_paper_sets_the_chai_rows_of_table_2(capsys):
-    """--preset paper (resolve_args): every value of the env's Table 2 CHAI rows (PAPER: critic lr
+    """--preset paper (parse_args): every value of the env's Table 2 CHAI rows (PAPER: critic lr
     6e-4, batch 256, 128 rollouts, 50 critic updates, γ, τ 0.1, the paper's critic) is set except
     the flags named on the command line; the line printed says what changed."""
     argv = ["--preset", "paper", "--env", "guess_my_city", "--gamma", "0.9", "--k", "3"]
-    args = chai.resolve_args(chai.Args(preset="paper", env="guess_my_city", gamma=0.9, k=3), argv)
+    args = chai.parse_args(argv)
     assert (args.gamma, args.k) == (0.9, 3)  # named: kept
     for name, value in chai.PAPER["guess_my_city"].items():
         if name != "gamma":
@@ -386,9 +393,9 @@ def test_preset_auto_follows_the_actor():
     """--preset auto with a pretrained actor: Table 2's CHAI rows for the env (WebShop: 512
     rollouts, γ 0.9), command-line flags kept; the tiny actor keeps the defaults."""
     argv = ["--actor", "gpt2", "--env", "webshop", "--critic", "minilm", "--k", "3"]
-    args = chai.resolve_args(chai.Args(actor="gpt2", env="webshop", critic="minilm", k=3), argv)
+    args = chai.parse_args(argv)
     assert (args.rollouts_per_iter, args.gamma, args.critic_updates_per_iter) == (512, 0.9, 50)
     assert (args.batch_size, args.critic_lr, args.tau, args.bc_lr) == (256, 6e-4, 0.1, 2e-4)
     assert (args.critic, args.k) == ("minilm", 3)
     assert chai.PAPER["detective"]["gamma"] == 0.98
-    assert chai.resolve_args(chai.Args()) == chai.Args()
+    assert parse(chai) == chai.Args()

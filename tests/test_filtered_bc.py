@@ -11,7 +11,14 @@ import pytest
 import torch
 
 import filtered_bc as fbc
-from helpers import assert_margin, launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    parse,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,7 +128,7 @@ def test_smoke_online_save_reload_and_resume(tmp_path):
     assert (d / "actor" / "config.json").exists() and (
         d / "checkpoint" / "pytorch_model.bin"
     ).exists()
-    assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
+    assert any(f.name.startswith("events.out.tfevents") for f in (d / "turnrl").iterdir())
     # reload the saved actor by path: it generates and its weights equal the trained ones
     model, tok = fbc.load_actor(str(d / "actor"), fbc.Args())
     ckpt = load_checkpoint(d)
@@ -130,7 +137,7 @@ def test_smoke_online_save_reload_and_resume(tmp_path):
     assert ckpt["custom"][-1]["bc_done"]
     # resume to 4 iterations: continues at iteration 3 with the buffer, episode count and history
     # restored
-    fbc.main(fbc.resolve_args(small_args(tmp_path, iterations=4, resume=str(d))))
+    fbc.main(parse(fbc, iterations=4, resume=str(d)))
     summary = json.loads((d / "summary.json").read_text())
     assert [h["iteration"] for h in summary["history"]] == [1, 2, 3, 4] and summary[
         "episodes"
@@ -169,7 +176,7 @@ def test_the_start_is_the_actor_before_the_offline_phase(tmp_path, monkeypatch):
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):
     with pytest.raises(SystemExit, match="not a run directory"):
-        fbc.resolve_args(small_args(tmp_path, resume=str(tmp_path / "nothing")))
+        parse(fbc, resume=str(tmp_path / "nothing"))
 
 
 def test_unknown_actor_names_the_offline_alternatives(tmp_path):
@@ -404,13 +411,13 @@ def test_new_envs_run_end_to_end(tmp_path, env):
 
 
 def test_preset_paper_sets_the_filtered_bc_rows_of_table_2(capsys):
-    """--preset paper (resolve_args): Table 2's filtered-BC rows for the env (PAPER: lr 3e-4 — 3e-5
+    """--preset paper (parse_args): Table 2's filtered-BC rows for the env (PAPER: lr 3e-4 — 3e-5
     on the full Twenty Questions — batch 256, 32 rollouts — 128 on WebShop — buffer 10,000, ρ 0.1,
     10 updates) and the SFT lr 2e-4 as --offline-lr, except the flags named on the command line;
     --preset auto: the same for a pretrained actor, the defaults for the tiny one; an env without
     a column: refused for paper, the defaults for auto."""
     argv = ["--preset", "paper", "--env", "twenty_questions", "--rho", "0.2"]
-    args = fbc.resolve_args(fbc.Args(preset="paper", env="twenty_questions", rho=0.2), argv)
+    args = fbc.parse_args(argv)
     for name, value in fbc.PAPER["twenty_questions"].items():
         assert getattr(args, name) == (0.2 if name == "rho" else value), name
     assert (args.lr, args.offline_lr, args.batch_size, args.rho) == (3e-5, 2e-4, 256, 0.2)
@@ -422,10 +429,10 @@ def test_preset_paper_sets_the_filtered_bc_rows_of_table_2(capsys):
     line = capsys.readouterr().out
     assert "offline_lr 0.001 -> 0.0002" in line and "rho" not in line
     assert fbc.PAPER["webshop"]["rollouts_per_iter"] == 128 and fbc.PAPER["detective"]["lr"] == 3e-4
-    auto = fbc.resolve_args(fbc.Args(actor="gpt2", env="guess_my_city"), ["--actor", "gpt2"])
+    auto = fbc.parse_args(["--actor", "gpt2", "--env", "guess_my_city"])
     assert auto == fbc.Args(actor="gpt2", env="guess_my_city", **fbc.PAPER["guess_my_city"])
-    assert fbc.resolve_args(fbc.Args()) == fbc.Args()
+    assert parse(fbc) == fbc.Args()
     with pytest.raises(SystemExit, match="no paper values for --env chess_endgame"):
-        fbc.resolve_args(fbc.Args(env="chess_endgame", preset="paper"))
+        parse(fbc, env="chess_endgame", preset="paper")
     other = fbc.Args(actor="gpt2", env="chess_endgame")
-    assert fbc.resolve_args(other) == other
+    assert parse(fbc, actor="gpt2", env="chess_endgame") == other

@@ -18,7 +18,7 @@ import torch
 
 import envs
 import ilql
-from helpers import assert_margin, load_checkpoint, paired_difference, run_dir
+from helpers import parse, assert_margin, load_checkpoint, paired_difference, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -309,7 +309,7 @@ def test_resume_continues_exactly(tmp_path):
     ilql.main(small_args(tmp_path / "straight", iterations=3, eval_every=0))
     ilql.main(small_args(tmp_path / "cut", iterations=2, eval_every=0, checkpoint_every=1))
     d = run_dir(tmp_path / "cut")
-    ilql.main(ilql.resolve_args(ilql.Args(resume=str(d), iterations=3)))
+    ilql.main(parse(ilql, resume=str(d), iterations=3))
     straight = json.loads((run_dir(tmp_path / "straight") / "summary.json").read_text())
     resumed = json.loads((d / "summary.json").read_text())
     assert len(resumed["history"]) == 3 and len(resumed["resumes"]) == 1
@@ -352,11 +352,11 @@ def test_help_documents_every_flag():
 
 
 def test_preset_paper_sets_the_lmrl_values_and_command_line_flags_win(capsys):
-    """--preset paper (resolve_args): the env's PAPER values (LMRL-Gym's ILQL scripts) except the
+    """--preset paper (parse_args): the env's PAPER values (LMRL-Gym's ILQL scripts) except the
     flags named on the command line; the printed line says what changed. Envs without values are
     refused; --preset auto with the tiny actor keeps the defaults."""
     argv = ["--preset", "paper", "--env", "wordle", "--beta", "4"]
-    args = ilql.resolve_args(ilql.Args(preset="paper", env="wordle", beta=4.0), argv)
+    args = ilql.parse_args(argv)
     assert (args.beta, args.lr, args.gamma, args.expectile, args.tau) == (
         4.0,
         3e-5,
@@ -366,13 +366,13 @@ def test_preset_paper_sets_the_lmrl_values_and_command_line_flags_win(capsys):
     )
     assert "lr 0.001 -> 3e-05" in capsys.readouterr().out
     for env, values in ilql.PAPER.items():
-        full = ilql.resolve_args(ilql.Args(preset="paper", env=env), ["--preset=paper"])
+        full = ilql.parse_args(["--preset=paper", "--env", env])
         assert all(getattr(full, k) == v for k, v in values.items()), env
     assert ilql.PAPER["chess_endgame"]["cql_weight"] == 1.0
     assert ilql.PAPER["twenty_questions"]["beta"] == 16.0
     with pytest.raises(SystemExit, match="no paper values for --env twenty_questions_subset"):
-        ilql.resolve_args(ilql.Args(preset="paper"))
-    assert ilql.resolve_args(ilql.Args(env="wordle")) == ilql.Args(env="wordle")
+        parse(ilql, preset="paper")
+    assert parse(ilql, env="wordle") == ilql.Args(env="wordle")
 
 
 # -------------------------------------------------------------------------------------- learning

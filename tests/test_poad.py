@@ -15,7 +15,14 @@ import torch
 
 import poad
 import ppo_token
-from helpers import assert_margin, launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    parse,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -379,7 +386,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
     assert len(ckpt["models"]) == 2 and len(ckpt["optimizers"]) == 3 and len(ckpt["custom"]) == 2
     actor, _ = poad.load_actor(str(d / "actor"), poad.Args())
     assert all(torch.equal(v, actor.state_dict()[k]) for k, v in ckpt["models"][0].items())
-    poad.main(poad.resolve_args(small_args(tmp_path, iterations=3, resume=str(d))))
+    poad.main(parse(poad, iterations=3, resume=str(d)))
     summary = json.loads((d / "summary.json").read_text())
     assert [h["iteration"] for h in summary["history"]] == [1, 2, 3]
     assert summary["episodes"] == 12 and len(summary["resumes"]) == 1
@@ -435,14 +442,14 @@ def test_smollm2_with_lora_one_iteration_saves_and_reloads(tmp_path):
 
 
 def test_preset_paper_sets_the_poad_rows_of_app_j():
-    """--preset paper (resolve_args): App. J's POAD values for --env (Overcooked: Table 10,
+    """--preset paper (parse_args): App. J's POAD values for --env (Overcooked: Table 10,
     VirtualHome: Table 13, DataSciCoding: Table 16; minibatches of 128 / "num mini batch" turns)
     with the clip, value clip, KL threshold and gradient clip of every table, no KL penalty, App.
     J's base_lm critic and no BC, except the flags given; other envs are refused, and --preset auto
     keeps the defaults for the tiny actor."""
     argv = ["--preset", "paper", "--env", "overcooked_tomato_salad", "--ppo-epochs", "2"]
     args = poad.Args(preset="paper", env="overcooked_tomato_salad", ppo_epochs=2)
-    args = poad.resolve_args(args, argv)
+    args = poad.parse_args(argv)
     assert (args.lr, args.value_lr, args.gamma, args.ent_coef, args.batch_size) == (
         5e-7,
         1e-5,
@@ -460,7 +467,7 @@ def test_preset_paper_sets_the_poad_rows_of_app_j():
     assert (args.kl_coef, args.critic, args.bc_steps) == (0.0, "base_lm", 0)
     for name, value in poad.PAPER["overcooked_tomato_salad"].items():
         assert getattr(args, name) == (2 if name == "ppo_epochs" else value), name
-    vh = poad.resolve_args(poad.Args(preset="paper", env="virtualhome_entertainment"))
+    vh = parse(poad, preset="paper", env="virtualhome_entertainment")
     assert (vh.lr, vh.value_lr, vh.gamma, vh.ent_coef, vh.ppo_epochs, vh.batch_size) == (
         1e-6,
         5e-5,
@@ -469,7 +476,7 @@ def test_preset_paper_sets_the_poad_rows_of_app_j():
         5,
         64,
     )
-    ds = poad.resolve_args(poad.Args(preset="paper", env="datasci_coding"))
+    ds = parse(poad, preset="paper", env="datasci_coding")
     assert (ds.ppo_epochs, ds.batch_size, ds.ent_coef, ds.max_new_tokens) == (1, 32, 0.01, 128)
     assert set(poad.PAPER) == {
         "overcooked_tomato_salad",
@@ -479,14 +486,22 @@ def test_preset_paper_sets_the_poad_rows_of_app_j():
         "datasci_coding",
     }
     with pytest.raises(SystemExit, match="no paper values for --env twenty_questions_subset"):
-        poad.resolve_args(poad.Args(preset="paper"))
+        parse(poad, preset="paper")
     tiny = poad.Args(env="overcooked_tomato_salad")
-    assert poad.resolve_args(tiny) == tiny
+    assert parse(poad, env="overcooked_tomato_salad") == tiny
 
 
 def test_unknown_backup_fails_before_anything_is_written(tmp_path):
-    with pytest.raises(SystemExit, match="--backup: 'td'"):
-        poad.main(small_args(tmp_path / "runs", backup="td"))
+    """A choice (Literal) is refused by tyro itself: exit 2, the flag and its choices named."""
+    out = subprocess.run(
+        [sys.executable, "poad.py", "--backup", "td", "--output-dir", str(tmp_path / "runs")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "'td'" in out.stderr and "--backup" in out.stderr and "'ntpo'" in out.stderr
     assert not (tmp_path / "runs").exists()
 
 

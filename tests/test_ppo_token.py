@@ -13,7 +13,14 @@ import pytest
 import torch
 
 import ppo_token as ppo
-from helpers import assert_margin, launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    parse,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -323,7 +330,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
         and "eval_return_greedy" in summary
         and summary["wall_time_s"] > 0
     )
-    assert any(f.name.startswith("events.out.tfevents") for f in d.iterdir())
+    assert any(f.name.startswith("events.out.tfevents") for f in (d / "turnrl").iterdir())
     # models [actor, value], optimisers [actor, BC, value], registered objects [reference, RunState]
     ckpt = load_checkpoint(d)
     state = {"actor": ckpt["models"][0], "ref": ckpt["custom"][0], **ckpt["custom"][1]}
@@ -336,7 +343,7 @@ def test_smoke_save_reload_and_resume(tmp_path):
     assert state["iteration"] == 2 and state["episodes"] == 8
     # resume to 4 iterations: continues at iteration 3; the reference is restored, not re-copied
     # from the actor
-    ppo.main(ppo.resolve_args(small_args(tmp_path, iterations=4, resume=str(d))))
+    ppo.main(parse(ppo, iterations=4, resume=str(d)))
     summary = json.loads((d / "summary.json").read_text())
     assert [h["iteration"] for h in summary["history"]] == [1, 2, 3, 4] and summary[
         "episodes"
@@ -366,7 +373,7 @@ def test_lora_on_a_fresh_adapter_uses_the_adapter_disabled_reference(tmp_path):
 
 def test_resume_without_checkpoint_fails_clearly(tmp_path):
     with pytest.raises(SystemExit, match="not a run directory"):
-        ppo.resolve_args(small_args(tmp_path, resume=str(tmp_path / "nothing")))
+        parse(ppo, resume=str(tmp_path / "nothing"))
 
 
 def test_help_documents_every_flag():
@@ -538,12 +545,12 @@ def test_learning_return_rises_and_the_policy_moves_towards_higher_return(tmp_pa
 
 
 def test_preset_paper_sets_the_ppo_rows_of_table_2():
-    """--preset paper (resolve_args): Table 2's PPO rows (20Q: lr 6e-6, 2,048 rollouts, 10 epochs —
+    """--preset paper (parse_args): Table 2's PPO rows (20Q: lr 6e-6, 2,048 rollouts, 10 epochs —
     20 on the full game; Guess My City: lr 6e-4, 1,024 rollouts, 4 epochs; batch 1,024, γ 0.95, λ
     0.95, clip 0.2) and the SFT rows for the BC warm start (lr 2e-4, batch 32), except the flags
     given; the paper gives no PPO values for the other envs, so --preset paper refuses them."""
     argv = ["--preset", "paper", "--env", "guess_my_city", "--ppo-epochs", "2"]
-    args = ppo.resolve_args(ppo.Args(preset="paper", env="guess_my_city", ppo_epochs=2), argv)
+    args = ppo.parse_args(argv)
     assert (args.lr, args.rollouts_per_iter, args.ppo_epochs, args.batch_size) == (
         6e-4,
         1024,
@@ -553,7 +560,7 @@ def test_preset_paper_sets_the_ppo_rows_of_table_2():
     assert (args.bc_lr, args.bc_batch_size, args.critic) == (2e-4, 32, "actor")
     for name, value in ppo.PAPER["guess_my_city"].items():
         assert getattr(args, name) == (2 if name == "ppo_epochs" else value), name
-    full = ppo.resolve_args(ppo.Args(preset="paper", env="twenty_questions"))
+    full = parse(ppo, preset="paper", env="twenty_questions")
     assert (full.lr, full.rollouts_per_iter, full.ppo_epochs) == (6e-6, 2048, 20)
     with pytest.raises(SystemExit, match="no paper values for --env webshop"):
-        ppo.resolve_args(ppo.Args(preset="paper", env="webshop"))
+        parse(ppo, preset="paper", env="webshop")

@@ -18,7 +18,14 @@ import torch
 
 import envs
 import qsft
-from helpers import assert_margin, launch_two_processes, load_checkpoint, paired_difference, run_dir
+from helpers import (
+    parse,
+    assert_margin,
+    launch_two_processes,
+    load_checkpoint,
+    paired_difference,
+    run_dir,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -417,22 +424,22 @@ def test_likelihood_init_after_the_warm_start(init, tmp_path, monkeypatch):
 
 
 def test_preset_paper_sets_the_papers_values_and_command_line_flags_win(capsys):
-    """--preset paper (resolve_args): the env's PAPER values (p_θ from --actor, β = 1) except the
+    """--preset paper (parse_args): the env's PAPER values (p_θ from --actor, β = 1) except the
     flags named on the command line; the printed line says what changed. Envs the paper has no
     values for (or this script no reward map) are refused; --preset auto with the tiny actor keeps
     the defaults."""
     argv = ["--preset", "paper", "--env", "wordle", "--beta", "10"]
-    args = qsft.resolve_args(qsft.Args(preset="paper", env="wordle", beta=10.0), argv)
+    args = qsft.parse_args(argv)
     assert args.beta == 10.0 and args.likelihood_init == "actor"
     assert "likelihood_init behavior -> actor" in capsys.readouterr().out
     for env, values in qsft.PAPER.items():
-        full = qsft.resolve_args(qsft.Args(preset="paper", env=env), ["--preset=paper"])
+        full = qsft.parse_args(["--preset=paper", "--env", env])
         assert all(getattr(full, k) == v for k, v in values.items()), env
         assert env in qsft.TURN_PRICED + qsft.WIN_ONLY  # a game this script can run
     assert qsft.PAPER["twenty_questions"] == dict(likelihood_init="actor", beta=1.0)
     with pytest.raises(SystemExit, match="no paper values for --env twenty_questions_subset"):
-        qsft.resolve_args(qsft.Args(preset="paper"))
-    assert qsft.resolve_args(qsft.Args(env="wordle")) == qsft.Args(env="wordle")
+        parse(qsft, preset="paper")
+    assert parse(qsft, env="wordle") == qsft.Args(env="wordle")
 
 
 @pytest.mark.slow  # the fast tier loads SmolLM2 in test_poad and test_token_in_token_out

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from helpers import load_checkpoint, run_dir
+from helpers import parse, load_checkpoint, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "twenty_questions_subset"
@@ -70,7 +70,7 @@ def test_resume_equals_the_uninterrupted_run(script, tmp_path):
     mod, args = small(script, tmp_path / "a", iterations=2)
     mod.main(args)
     d = run_dir(tmp_path / "a")
-    mod.main(mod.resolve_args(mod.Args(resume=str(d), iterations=4)))  # its arguments, extended
+    mod.main(parse(mod, resume=str(d), iterations=4))  # its arguments, extended
     mod, args = small(script, tmp_path / "b", iterations=4)
     mod.main(args)
     resumed = json.loads((d / "summary.json").read_text())
@@ -128,14 +128,14 @@ def test_resume_refuses_a_flag_that_changes_the_run_and_keeps_operational_ones(t
     mod.main(args)
     d = str(run_dir(tmp_path))
     with pytest.raises(SystemExit, match="--env 'guess_my_city': the resumed run has"):
-        mod.resolve_args(mod.Args(resume=d, env="guess_my_city"))
+        parse(mod, resume=d, env="guess_my_city")
     with pytest.raises(SystemExit, match="--rho 0.5"):
-        mod.resolve_args(mod.Args(resume=d, rho=0.5, iterations=2))
-    restored = mod.resolve_args(mod.Args(resume=d, iterations=2))
+        parse(mod, resume=d, rho=0.5, iterations=2)
+    restored = parse(mod, resume=d, iterations=2)
     assert restored.iterations == 2 and restored.rollouts_per_iter == 4 and restored.seed == 2
     # from the command line: a flag named with its default value counts as given
     with pytest.raises(SystemExit, match="--seed 1: the resumed run has 2"):
-        mod.resolve_args(mod.Args(resume=d, seed=1), ["--resume", d, "--seed", "1"])
+        mod.parse_args(["--resume", d, "--seed", "1"])
 
 
 def test_concurrent_runs_never_share_a_directory(tmp_path, monkeypatch):
@@ -148,7 +148,7 @@ def test_concurrent_runs_never_share_a_directory(tmp_path, monkeypatch):
     for _ in range(3):
         args = fbc.Args(output_dir=str(tmp_path), device="cpu")
         run = fbc.start_run(args, Accelerator(cpu=True), fbc.RunState(args), None)
-        run.writer.close()
+        run.acc.end_training()
         dirs.append(run.dir)
     assert len(set(dirs)) == 3 and all(os.path.exists(os.path.join(d, "args.json")) for d in dirs)
     assert sorted(os.listdir(tmp_path))[1].endswith("-1")
@@ -158,7 +158,6 @@ BAD = [
     (dict(iterations=-1), "--iterations: must be at least 0"),
     (dict(batch_size=0), "--batch-size: must be at least 1"),
     (dict(rollouts_per_iter=0), "--rollouts-per-iter: must be at least 1"),
-    (dict(dtype="half"), "--dtype: 'half'"),
     (dict(env="nope"), "--env: 'nope' is not a known env"),
     (dict(actor="/no/such/model"), "--actor /no/such/model: cannot load it"),
     (dict(lr=0.0), "--lr: must lie in (0, inf), got 0.0"),
@@ -202,11 +201,11 @@ def test_a_corrupted_checkpoint_is_one_line_and_writes_nothing(tmp_path):
     model = d / "checkpoint" / "pytorch_model.bin"
     model.write_bytes(model.read_bytes()[:1000])  # truncated
     with pytest.raises(SystemExit, match="the checkpoint cannot be loaded"):
-        mod.main(mod.resolve_args(mod.Args(resume=str(d))))
+        mod.main(parse(mod, resume=str(d)))
     (d / "checkpoint" / "tokenizer" / "tokenizer_config.json").unlink()
     model.write_bytes(b"")
     with pytest.raises(SystemExit, match="cannot load it|cannot be loaded"):
-        mod.main(mod.resolve_args(mod.Args(resume=str(d))))
+        mod.main(parse(mod, resume=str(d)))
     assert sorted(os.listdir(d)) == before
 
 
@@ -225,11 +224,11 @@ def test_command_line_bad_input_is_one_line_on_stderr_with_exit_status_2(tmp_pat
 @pytest.mark.parametrize(
     "script", ["archer", "chai", "filtered_bc", "qsft", "ppo_token", "poad", "gigpo"]
 )
-def test_a_warm_start_stopped_midway_resumes_where_it_stopped(script, tmp_path, monkeypatch):
-    """The BC / SFT warm start checkpoints every BC_CHECKPOINT_STEPS steps: stopped at step 4 of 5
-    (checkpoint at 2), the resumed run redoes steps 3-5 only and ends as the uninterrupted run."""
+def test_a_run_stopped_in_its_warm_start_starts_again(script, tmp_path, monkeypatch):
+    """The BC / SFT warm start writes no checkpoint (a few minutes, redone): stopped at its fourth
+    step, the run folder holds none, and --resume RUN_DIR starts the run again there, ending as
+    the uninterrupted run."""
     mod = importlib.import_module(script)
-    monkeypatch.setattr(mod, "BC_CHECKPOINT_STEPS", 2)
     steps = dict(offline_steps=5) if script == "filtered_bc" else dict(bc_steps=5)
     real, calls = mod.bc_step, []
 
@@ -244,14 +243,23 @@ def test_a_warm_start_stopped_midway_resumes_where_it_stopped(script, tmp_path, 
         mod.main(small(script, tmp_path / "a", iterations=1, **steps)[1])
     monkeypatch.setattr(mod, "bc_step", real)
     d = run_dir(tmp_path / "a")
-    state = load_checkpoint(d)["custom"][-1]
-    assert state["bc_step"] == 2
-    mod.main(mod.resolve_args(mod.Args(resume=str(d))))
+    assert not (d / "checkpoint").exists()
+    mod.main(parse(mod, resume=str(d)))
     mod.main(small(script, tmp_path / "b", iterations=1, **steps)[1])
     resumed = json.loads((d / "summary.json").read_text())
     straight = json.loads((run_dir(tmp_path / "b") / "summary.json").read_text())
-    assert trained(resumed) == trained(straight)
+    assert trained(resumed) == trained(straight) and resumed["resumes"] == []
     assert resumed["eval_returns"] == straight["eval_returns"]
+
+
+def test_tyro_refuses_a_bad_choice_or_type_with_exit_status_2(capsys):
+    """Choices (Literal fields) and types are tyro's to check: its message names the flag."""
+    import archer
+
+    for argv in (["--dtype", "half"], ["--iterations", "two"], ["--critic-input", "both"]):
+        with pytest.raises(SystemExit) as e:
+            archer.parse_args(argv)
+        assert e.value.code == 2 and argv[0] in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("script", list(SMALL))
@@ -359,7 +367,7 @@ def test_device_choices_and_gpu_index(tmp_path, monkeypatch):
     chosen = []
     monkeypatch.setattr(torch, "empty", lambda *a, **kw: None)  # as if the GPU were there
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    monkeypatch.setattr(fbc, "Accelerator", lambda cpu: type("A", (), {"process_index": 0})())
+    monkeypatch.setattr(fbc, "Accelerator", lambda **kw: type("A", (), {"process_index": 0})())
     fbc.setup(args("cuda:1"))
     assert chosen == ["cuda:1"]
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -385,7 +393,7 @@ def test_resume_of_a_folder_that_is_not_a_run_says_what_is_missing(tmp_path):
     (tmp_path / "checkpoint").mkdir()
     for folder in (tmp_path, tmp_path / "nope"):
         with pytest.raises(SystemExit, match=f"not a run directory \\(no {folder}/args.json\\)"):
-            fbc.resolve_args(fbc.Args(resume=str(folder)))
+            parse(fbc, resume=str(folder))
 
 
 def test_a_hub_id_offline_is_one_attempt_and_names_hf_download(tmp_path, monkeypatch):

@@ -41,6 +41,33 @@ def test_same_name_means_same_source():
     assert not mismatches, "\n".join(mismatches)
 
 
+def top_level_constants(path):
+    """{name: the source of every top-level assignment to it}, the preset tables (PAPER, its
+    source line and private _TABLES) left out: they are each script's own."""
+    source = open(path, encoding="utf-8").read()
+    consts = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for name in [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]:
+                if not name.startswith(("PAPER", "_")) or name == "_last_progress":
+                    consts.setdefault(name, []).append(ast.get_source_segment(source, node))
+    return consts
+
+
+def test_shared_constants_are_identical():
+    """The plumbing's constants (EVAL_SEED, RESUMABLE, RANGES, PACKAGED, ...) are copies too."""
+    consts = {os.path.basename(p): top_level_constants(p) for p in SCRIPTS}
+    names = sorted({n for c in consts.values() for n in c})
+    mismatches = []
+    for name in names:
+        holders = [(f, c[name]) for f, c in consts.items() if name in c]
+        mismatches += [
+            f"{name}: {holders[0][0]} and {f} differ" for f, v in holders if v != holders[0][1]
+        ]
+    assert len(names) >= 6 and not mismatches, "\n".join(mismatches)
+
+
 def test_scripts_import_nothing_from_each_other():
     modules = {os.path.splitext(os.path.basename(p))[0] for p in SCRIPTS}
     for path in SCRIPTS:
