@@ -82,21 +82,22 @@ def test_every_script_has_a_fast_learning_test():
 
 
 # --- the budget (docs/usage.md "Code layout"; DESIGN: "Budget") ------------------------------
-TARGET = {"archer.py": 1050, "poad.py": 1050}  # lines in all; every other script: 1,000
-BELOW_MAIN, MAIN, LOOP_START = 500, 200, 60
-# The targets for lines in all and below main are not met yet (issue 54): the shared plumbing a
-# script carries is 530-700 lines (docs/usage.md "Code layout" says why). Until they are, no script
-# may grow: (lines in all, lines below main) as of 2026-11-28. Lower these as scripts shrink.
+TARGET = {"archer.py": 1000, "poad.py": 1000}  # lines in all (issue 70); every other script: 950
+OTHERS, BELOW_MAIN, MAIN, LOOP_START = 950, 550, 200, 60
+# The targets for lines in all and below main are not met (issue 70 reports why): the shared
+# plumbing a script carries is 560-730 lines, written without golf (docs/usage.md "Code layout").
+# Until they are, no script may grow: (lines in all, lines below main) as of 2026-12-02, after
+# issue 70's plumbing. Lower these as scripts shrink.
 CEILING = {
-    "archer.py": (1141, 690),
-    "archer_offline.py": (1026, 587),
-    "chai.py": (1058, 657),
-    "filtered_bc.py": (843, 627),
-    "gigpo.py": (1056, 630),
-    "ilql.py": (958, 530),
-    "poad.py": (1187, 692),
-    "ppo_token.py": (1094, 687),
-    "qsft.py": (1021, 597),
+    "archer.py": (1174, 723),
+    "archer_offline.py": (1054, 620),
+    "chai.py": (1104, 690),
+    "filtered_bc.py": (883, 659),
+    "gigpo.py": (1110, 662),
+    "ilql.py": (1030, 562),
+    "poad.py": (1241, 726),
+    "ppo_token.py": (1148, 721),
+    "qsft.py": (1087, 628),
 }
 
 
@@ -127,12 +128,13 @@ def anatomy(script):
 
 def budget_table():
     """The markdown table docs/usage.md shows (`python tests/test_repository.py` prints it)."""
-    rows = ["| script | lines (ceiling; target) | Args fields | algorithm | main (set-up / loop / "
-            "after) | below main (ceiling; target 500) |", "|---|---|---|---|---|---|"]  # fmt: skip
+    header = "| script | lines (ceiling; target) | Args fields | algorithm | main (set-up / loop / "
+    header += f"after) | below main (ceiling; target {BELOW_MAIN}) |"
+    rows = [header, "|---|---|---|---|---|---|"]
     for script in ALGORITHM_FILES:
         a, (lines, below) = anatomy(script), CEILING[script]
         rows.append(
-            f"| {script} | {a['lines']:,} ({lines:,}; {TARGET.get(script, 1000):,}) | "
+            f"| {script} | {a['lines']:,} ({lines:,}; {TARGET.get(script, OTHERS):,}) | "
             f"{a['fields']} | {a['algorithm']} | {a['main']} ({a['setup']} / {a['loop']} / "
             f"{a['after']}) | {a['below']} ({below}) |"
         )
@@ -141,14 +143,14 @@ def budget_table():
 
 def test_every_script_keeps_its_line_budget():
     """DESIGN "Budget": main reads as the training loop (at most 200 lines, the loop starting within
-    its first 60), and a script stays within its line budget: the target (1,000 lines, archer and
-    poad 1,050; 500 below main: the shared plumbing, presets, the CLI) or, while that is not met,
+    its first 60), and a script stays within its line budget: the target (950 lines, archer and
+    poad 1,000; 550 below main: the shared plumbing, presets, the CLI) or, while that is not met,
     its ceiling (CEILING: no script grows)."""
     over = []
     for script in ALGORITHM_FILES:
         a, (lines, below) = anatomy(script), CEILING[script]
         checks = [
-            (a["lines"], max(TARGET.get(script, 1000), lines), "lines"),
+            (a["lines"], max(TARGET.get(script, OTHERS), lines), "lines"),
             (a["below"], max(BELOW_MAIN, below), "lines below main"),
             (a["main"], MAIN, "lines of main"),
             (a["setup"], LOOP_START, "lines before main's training loop"),
