@@ -683,7 +683,9 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
 
-    def act(observations):
+    def act(observations, candidates):
+        if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
+            return model.choose(tokenizer, observations, candidates, args, greedy)
         return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
 
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
@@ -706,15 +708,10 @@ def micro_batches(items, size: int, acc, tokens=None):
     of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
-    total = global_tokens(acc, sum(n))
+    count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
+    total = count / acc.num_processes  # per process: DDP averages the processes' gradients
     for i in range(0, len(items), size):
         yield items[i : i + size], sum(n[i : i + size]) / total
-
-
-def global_tokens(acc, n: int):
-    """The batch's count of loss tokens (or items) over all processes, per process: DDP averages
-    the processes' gradients, so each weighs its tokens by this: the mean over the global batch."""
-    return acc.reduce(torch.tensor(float(n), device=acc.device), "sum").item() / acc.num_processes
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
@@ -813,9 +810,7 @@ def preset_args(args):
     if os.path.isfile(config):
         tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
-        raise SystemExit(
-            f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
-        )
+        raise SystemExit(f"--preset paper: no paper values for --env {args.env} ({list(PAPER)})")
     if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
     return replace(args, **PAPER[args.env])
@@ -883,9 +878,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
             except FileExistsError:
                 continue
             except OSError as e:
-                raise SystemExit(
-                    f"--output-dir {args.output_dir}: cannot create a run ({e})"
-                ) from None
+                why = f"--output-dir {args.output_dir}: cannot create a run ({e})"
+                raise SystemExit(why) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
     run_dir = broadcast_object_list([run_dir])[0]
     acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
@@ -893,9 +887,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
     wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
     acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
-    acc.print(
-        f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
-    )
+    where = f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads)"
+    acc.print(f"{where}; run {run_dir}")
     if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
@@ -963,11 +956,9 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
-    if greedy is not None:
-        summary |= {
-            "eval_return_greedy": greedy["return"],
-            "eval_success_rate_greedy": greedy["success_rate"],
-        }
+    if greedy is not None:  # the greedy evaluation's return and success rate
+        summary |= dict(eval_return_greedy=greedy["return"])
+        summary |= dict(eval_success_rate_greedy=greedy["success_rate"])
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
@@ -1011,10 +1002,8 @@ def result_line(start, final):
     if not start:
         return f"result: eval return {end} (no start evaluation), {n} episodes"
     d, se = envs.paired_difference(final["returns"], start["returns"])
-    begin = f"{start['return']:.2f} ± {start['return_se']:.2f}"
-    return (
-        f"result: eval return {begin} → {end} (paired difference {d:+.2f} ± {se:.2f}, {n} episodes)"
-    )
+    begin, paired = f"{start['return']:.2f} ± {start['return_se']:.2f}", f"{d:+.2f} ± {se:.2f}"
+    return f"result: eval return {begin} → {end} (paired difference {paired}, {n} episodes)"
 
 
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):

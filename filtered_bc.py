@@ -96,6 +96,9 @@ class Args:
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 480
     """observations are left-truncated to this many tokens"""
+    actions: Literal["auto", "free", "admissible"] = "auto"
+    """'free': the actor writes its commands; 'admissible': it picks one the env lists
+    (docs/equations.md §10); 'auto': admissible on ALFWorld"""
     # --- algorithm ---
     dataset: Optional[str] = None
     """offline data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
@@ -151,6 +154,61 @@ def nll_loss(logprobs):
     return -logprobs.mean()
 
 
+def candidate_logprobs(model, tokenizer, observations, candidates, max_obs_tokens: int, rows=8):
+    """Eq. (10.1), log π(c|s) = Σ_i log π(c^i | s, c^{<i}) under `model`'s decoding distribution, of
+    each observation's candidates, on their ids as actions are written (tokenize_pairs): the scores
+    and the ids. A row is s, then every candidate, which sees s and its own tokens only (a 4D mask,
+    positions restarting after s): the values of scoring each (s, c) apart, s computed once."""
+    scores, all_ids, dev = [], [], next(model.parameters()).device
+    for c in range(0, len(observations), rows):
+        seqs, segs, poss = [], [], []  # a row's ids, segment (0: s, j: candidate j), positions
+        for obs, cands in zip(observations[c : c + rows], candidates[c : c + rows]):
+            pairs = tokenize_pairs(tokenizer, [obs] * len(cands), cands, max_obs_tokens)
+            s, cand_ids = pairs[0][0], [a for _, a in pairs]
+            all_ids.append(cand_ids)
+            seqs.append(s + [t for a in cand_ids for t in a])
+            segs.append([0] * len(s) + [j + 1 for j, a in enumerate(cand_ids) for _ in a])
+            poss.append(list(range(len(s))) + [len(s) + i for a in cand_ids for i in range(len(a))])
+        n = max(len(x) for x in seqs)
+        ids, seg, pos = (
+            torch.tensor([x + [fill] * (n - len(x)) for x in lists], device=dev)
+            for lists, fill in ((seqs, tokenizer.pad_token_id), (segs, -1), (poss, 0))
+        )
+        see = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # [row, query, key]
+        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() & see
+        logits = model(input_ids=ids, attention_mask=mask[:, None], position_ids=pos).logits
+        # a candidate's first token is predicted at s's last position, the others at the previous
+        s_len = (seg == 0).sum(-1, keepdim=True)
+        prev = torch.where(pos == s_len, s_len - 1, torch.arange(n, device=dev) - 1)
+        row, col = (seg > 0).nonzero().T  # row by row, candidate by candidate, in order
+        logp = torch.log_softmax(logits[row, prev[row, col]].float(), dim=-1)
+        logp = logp.gather(-1, ids[row, col].unsqueeze(-1)).squeeze(-1)
+        sums = torch.stack([x.sum() for x in logp.split([len(a) for i in all_ids[c:] for a in i])])
+        scores += list(sums.split([len(i) for i in all_ids[c:]]))
+    return scores, all_ids
+
+
+class Chooser:
+    """--actions admissible ('auto': on ALFWorld): `policy` choosing one of the env's listed
+    commands (its exact text and ids) instead of writing one, Eq. (10.2): a draw from the softmax of
+    the candidates' log π(c|s) at --temperature, the argmax when greedy (or at temperature 0).
+    run_episodes calls `choose`."""
+
+    def __init__(self, policy, args):
+        if envs.make(args.env).reset(seed=0)[1].get("valid_actions") is None:
+            raise SystemExit(f"--actions admissible: --env {args.env} lists no admissible commands")
+        self.policy = policy
+
+    @torch.no_grad()
+    def choose(self, tokenizer, observations, candidates, args, greedy: bool = False):
+        policy, limit = self.policy, args.max_obs_tokens
+        scores, ids = candidate_logprobs(policy, tokenizer, observations, candidates, limit)
+        picks = [int(s.argmax()) for s in scores]
+        if args.temperature > 0 and not greedy:
+            picks = [int(torch.softmax(s / args.temperature, 0).multinomial(1)) for s in scores]
+        return [c[k] for c, k in zip(candidates, picks)], [x[k] for x, k in zip(ids, picks)]
+
+
 def main(args: Args):
     acc = setup(args)  # check_args, the device, seeds (docs/usage.md "Code layout")
 
@@ -166,7 +224,10 @@ def main(args: Args):
     state = RunState(args, buffer=deque(maxlen=args.buffer_size), offline_eval=None)
     run = start_run(args, acc, state, tokenizer)
     buffer, batch_rng = state.buffer, state.batch_rng  # after start_run: --resume restores them
-    evaluate_now = functools.partial(evaluate, raw_actor, tokenizer, args)
+    policy = raw_actor  # --actions: writing its commands, or choosing listed ones (Chooser)
+    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
+        policy = Chooser(raw_actor, args)
+    evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
 
     def strip(ev):
         """An evaluation's results without its example episode (for the summary)."""
@@ -193,7 +254,7 @@ def main(args: Args):
     for iteration in range(state.iteration + 1, args.iterations + 1):
         it0 = time.time()
         # ALGO LOGIC: roll out the current actor, every process a share, into the buffer
-        play = functools.partial(run_episodes, raw_actor, tokenizer, args)
+        play = functools.partial(run_episodes, policy, tokenizer, args)
         trajs, metrics = collect(run, play, args.rollouts_per_iter, iteration)
         buffer.extend(trajs)
 
@@ -216,7 +277,7 @@ def main(args: Args):
 
     # Final evaluation (sampled, and greedy), summary, saved model
     final = evaluate_now()
-    greedy = evaluate(raw_actor, tokenizer, args, greedy=True)
+    greedy = evaluate(policy, tokenizer, args, greedy=True)
     if args.save_model and acc.is_main_process:
         save_pretrained_atomic(os.path.join(run.dir, "actor"), raw_actor, tokenizer)
     if state.offline_eval:  # the online phase alone: the BC actor → the end
@@ -437,7 +498,9 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
 
-    def act(observations):
+    def act(observations, candidates):
+        if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
+            return model.choose(tokenizer, observations, candidates, args, greedy)
         return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
 
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
@@ -490,15 +553,10 @@ def micro_batches(items, size: int, acc, tokens=None):
     of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
-    total = global_tokens(acc, sum(n))
+    count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
+    total = count / acc.num_processes  # per process: DDP averages the processes' gradients
     for i in range(0, len(items), size):
         yield items[i : i + size], sum(n[i : i + size]) / total
-
-
-def global_tokens(acc, n: int):
-    """The batch's count of loss tokens (or items) over all processes, per process: DDP averages
-    the processes' gradients, so each weighs its tokens by this: the mean over the global batch."""
-    return acc.reduce(torch.tensor(float(n), device=acc.device), "sum").item() / acc.num_processes
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
@@ -597,9 +655,7 @@ def preset_args(args):
     if os.path.isfile(config):
         tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
-        raise SystemExit(
-            f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
-        )
+        raise SystemExit(f"--preset paper: no paper values for --env {args.env} ({list(PAPER)})")
     if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
     return replace(args, **PAPER[args.env])
@@ -667,9 +723,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
             except FileExistsError:
                 continue
             except OSError as e:
-                raise SystemExit(
-                    f"--output-dir {args.output_dir}: cannot create a run ({e})"
-                ) from None
+                why = f"--output-dir {args.output_dir}: cannot create a run ({e})"
+                raise SystemExit(why) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
     run_dir = broadcast_object_list([run_dir])[0]
     acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
@@ -677,9 +732,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
     wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
     acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
-    acc.print(
-        f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
-    )
+    where = f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads)"
+    acc.print(f"{where}; run {run_dir}")
     if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
@@ -783,11 +837,9 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
-    if greedy is not None:
-        summary |= {
-            "eval_return_greedy": greedy["return"],
-            "eval_success_rate_greedy": greedy["success_rate"],
-        }
+    if greedy is not None:  # the greedy evaluation's return and success rate
+        summary |= dict(eval_return_greedy=greedy["return"])
+        summary |= dict(eval_success_rate_greedy=greedy["success_rate"])
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
@@ -831,10 +883,8 @@ def result_line(start, final):
     if not start:
         return f"result: eval return {end} (no start evaluation), {n} episodes"
     d, se = envs.paired_difference(final["returns"], start["returns"])
-    begin = f"{start['return']:.2f} ± {start['return_se']:.2f}"
-    return (
-        f"result: eval return {begin} → {end} (paired difference {d:+.2f} ± {se:.2f}, {n} episodes)"
-    )
+    begin, paired = f"{start['return']:.2f} ± {start['return_se']:.2f}", f"{d:+.2f} ± {se:.2f}"
+    return f"result: eval return {begin} → {end} (paired difference {paired}, {n} episodes)"
 
 
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):

@@ -37,6 +37,7 @@ import tyro
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.modeling_outputs import CausalLMOutput
 
 import envs
 
@@ -103,6 +104,9 @@ class Args:
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
     """observations are left-truncated to this many tokens"""
+    actions: Literal["auto", "free", "admissible"] = "auto"
+    """'free': π writes its commands; 'admissible': it picks one the env lists (docs/equations.md
+    §10); 'auto': admissible on ALFWorld"""
     # --- algorithm ---
     dataset: Optional[str] = None
     """the offline data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
@@ -155,16 +159,9 @@ def token_mdp_turns(data):
         steps = traj["steps"]
         for i, step in enumerate(steps):
             last = i == len(steps) - 1 or step["done"]
-            out.append(
-                {
-                    "obs": step["observation"],
-                    "action": step["action"],
-                    "ids": step.get("action_ids"),
-                    "reward": float(step["reward"]),
-                    "done": float(last),
-                    "next_obs": None if last else steps[i + 1]["observation"],
-                }
-            )
+            turn = dict(obs=step["observation"], action=step["action"], ids=step.get("action_ids"))
+            nxt = None if last else steps[i + 1]["observation"]
+            out.append(turn | dict(reward=float(step["reward"]), done=float(last), next_obs=nxt))
             if last:
                 break
     return out
@@ -188,9 +185,7 @@ class ILQLModel(torch.nn.Module):
                 torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, out)
             )
 
-        self.v = mlp(1)
-        self.q1 = mlp(n_vocab)
-        self.q2 = mlp(n_vocab)
+        self.v, self.q1, self.q2 = mlp(1), mlp(n_vocab), mlp(n_vocab)
 
     def forward(self, input_ids, attention_mask, position_ids, action_mask):
         """V, Q_1, Q_2 at the state of every action token (the position before it), flattened over
@@ -281,10 +276,8 @@ class ILQLLogits(LogitsProcessor):
     for the generated tokens as generate does. Temperature and top-k/p come after."""
 
     def __init__(self, value, target, mask, beta: float, adv_clip=None):
-        self.nets = (value, target)
-        self.mask = mask
+        self.nets, self.mask, self.beta, self.clip = (value, target), mask, beta, adv_clip
         self.caches = [None, None]  # the value's and the target's trunk
-        self.beta, self.clip = beta, adv_clip
 
     def __call__(self, input_ids, scores):
         ones = self.mask.new_ones(len(self.mask), input_ids.shape[1] - self.mask.shape[1])
@@ -315,6 +308,69 @@ class ILQLPolicy(torch.nn.Module):
         logits = ILQLLogits(self.value, self.target, attention_mask, self.beta, self.clip)
         kw = dict(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         return self.behavior.generate(**kw, logits_processor=LogitsProcessorList([logits]))
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        """Eq. (8.7)'s logits at every position of whole sequences (candidate_logprobs)."""
+        kw = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        h, h_bar = (net.trunk(**kw).last_hidden_state.float() for net in (self.value, self.target))
+        v, q1, q2 = self.value.v(h).squeeze(-1), self.target.q1(h_bar), self.target.q2(h_bar)
+        logits = policy_logits(self.behavior(**kw).logits, v, q1, q2, self.beta, self.clip)
+        return CausalLMOutput(logits=logits)
+
+
+def candidate_logprobs(model, tokenizer, observations, candidates, max_obs_tokens: int, rows=8):
+    """Eq. (10.1), log π(c|s) = Σ_i log π(c^i | s, c^{<i}) under `model`'s decoding distribution, of
+    each observation's candidates, on their ids as actions are written (tokenize_pairs): the scores
+    and the ids. A row is s, then every candidate, which sees s and its own tokens only (a 4D mask,
+    positions restarting after s): the values of scoring each (s, c) apart, s computed once."""
+    scores, all_ids, dev = [], [], next(model.parameters()).device
+    for c in range(0, len(observations), rows):
+        seqs, segs, poss = [], [], []  # a row's ids, segment (0: s, j: candidate j), positions
+        for obs, cands in zip(observations[c : c + rows], candidates[c : c + rows]):
+            pairs = tokenize_pairs(tokenizer, [obs] * len(cands), cands, max_obs_tokens)
+            s, cand_ids = pairs[0][0], [a for _, a in pairs]
+            all_ids.append(cand_ids)
+            seqs.append(s + [t for a in cand_ids for t in a])
+            segs.append([0] * len(s) + [j + 1 for j, a in enumerate(cand_ids) for _ in a])
+            poss.append(list(range(len(s))) + [len(s) + i for a in cand_ids for i in range(len(a))])
+        n = max(len(x) for x in seqs)
+        ids, seg, pos = (
+            torch.tensor([x + [fill] * (n - len(x)) for x in lists], device=dev)
+            for lists, fill in ((seqs, tokenizer.pad_token_id), (segs, -1), (poss, 0))
+        )
+        see = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # [row, query, key]
+        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() & see
+        logits = model(input_ids=ids, attention_mask=mask[:, None], position_ids=pos).logits
+        # a candidate's first token is predicted at s's last position, the others at the previous
+        s_len = (seg == 0).sum(-1, keepdim=True)
+        prev = torch.where(pos == s_len, s_len - 1, torch.arange(n, device=dev) - 1)
+        row, col = (seg > 0).nonzero().T  # row by row, candidate by candidate, in order
+        logp = torch.log_softmax(logits[row, prev[row, col]].float(), dim=-1)
+        logp = logp.gather(-1, ids[row, col].unsqueeze(-1)).squeeze(-1)
+        sums = torch.stack([x.sum() for x in logp.split([len(a) for i in all_ids[c:] for a in i])])
+        scores += list(sums.split([len(i) for i in all_ids[c:]]))
+    return scores, all_ids
+
+
+class Chooser:
+    """--actions admissible ('auto': on ALFWorld): `policy` choosing one of the env's listed
+    commands (its exact text and ids) instead of writing one, Eq. (10.2): a draw from the softmax of
+    the candidates' log π(c|s) at --temperature, the argmax when greedy (or at temperature 0).
+    run_episodes calls `choose`."""
+
+    def __init__(self, policy, args):
+        if envs.make(args.env).reset(seed=0)[1].get("valid_actions") is None:
+            raise SystemExit(f"--actions admissible: --env {args.env} lists no admissible commands")
+        self.policy = policy
+
+    @torch.no_grad()
+    def choose(self, tokenizer, observations, candidates, args, greedy: bool = False):
+        policy, limit = self.policy, args.max_obs_tokens
+        scores, ids = candidate_logprobs(policy, tokenizer, observations, candidates, limit)
+        picks = [int(s.argmax()) for s in scores]
+        if args.temperature > 0 and not greedy:
+            picks = [int(torch.softmax(s / args.temperature, 0).multinomial(1)) for s in scores]
+        return [c[k] for c, k in zip(candidates, picks)], [x[k] for x, k in zip(ids, picks)]
 
 
 def save_heads(value, target, path: str):
@@ -363,11 +419,12 @@ def main(args: Args):
     if state.turns != len(turns):
         raise SystemExit(f"--resume {run.dir}: trained on {state.turns} turns, not {len(turns)}")
     batch_rng = state.batch_rng
-    acc.print(
-        f"dataset: {len(data)} episodes, {len(turns)} turns (mean return "
-        f"{data_stats['mean_return']:.2f}, success {data_stats['success_rate']:.2f})"
-    )
+    stats = f"mean return {data_stats['mean_return']:.2f}, success {data_stats['success_rate']:.2f}"
+    acc.print(f"dataset: {len(data)} episodes, {len(turns)} turns ({stats})")
     policy = ILQLPolicy(raw_behavior, raw, target, args.beta, args.adv_clip)  # π (Eq. 8.7)
+    behavior_policy = raw_behavior  # π_β alone, evaluated at the end
+    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
+        policy, behavior_policy = Chooser(policy, args), Chooser(raw_behavior, args)
     evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
 
     # ALGO LOGIC: Eqs. (8.1)-(8.6), one loss over every action token of a batch of turns
@@ -394,12 +451,9 @@ def main(args: Args):
                 turn = torch.repeat_interleave(torch.arange(len(mb), device=dev), n_act)
                 last = torch.cat([torch.arange(n, device=dev) == n - 1 for n in n_act.tolist()])
                 at_action = cur.action_mask[:, 1:]  # the positions that predict an action token
-                seqs = dict(
-                    input_ids=cur.input_ids,
-                    attention_mask=cur.attention_mask,
-                    position_ids=cur.position_ids,
-                )
-                logits = behavior(**seqs).logits[:, :-1][at_action]  # π_β at each action token
+                # π_β's logits at each action token
+                kw = dict(attention_mask=cur.attention_mask, position_ids=cur.position_ids)
+                logits = behavior(input_ids=cur.input_ids, **kw).logits[:, :-1][at_action]
                 v, q1, q2 = value(*cur)  # V, Q_1, Q_2 at the state of every action token
                 actions = cur.input_ids[:, 1:][at_action]
                 with torch.no_grad():
@@ -449,23 +503,18 @@ def main(args: Args):
     # result line compares them; saved models; summary
     final = evaluate_now()
     greedy = evaluate(policy, tokenizer, args, greedy=True)
-    behavior_eval = evaluate(raw_behavior, tokenizer, args)
-    behavior_greedy = evaluate(raw_behavior, tokenizer, args, greedy=True)
+    behavior_eval = evaluate(behavior_policy, tokenizer, args)
+    behavior_greedy = evaluate(behavior_policy, tokenizer, args, greedy=True)
     run.acc.log(eval_metrics(behavior_eval, "eval_behavior/"), step=args.iterations)
     if args.save_model and acc.is_main_process:
         save_heads(raw, target, os.path.join(run.dir, "heads.pt"))
         save_pretrained_atomic(os.path.join(run.dir, "actor"), raw_behavior, tokenizer)
         print(f"use them with --actor {run.dir}/actor --heads {run.dir}/heads.pt")
-    acc.print(
-        f"π_β alone (β = 0): return {behavior_eval['return']:.2f} (sampled), "
-        f"{behavior_greedy['return']:.2f} (greedy)"
-    )
-    extra = dict(  # π_β sampled is the summary's start_eval_*
-        behavior_eval_greedy={k: v for k, v in behavior_greedy.items() if k != "example"},
-        eval_returns_greedy=greedy["returns"],
-        dataset=data_stats,
-    )
-    return finish_run(run, final, greedy, start=behavior_eval, **extra)
+    alone = f"{behavior_eval['return']:.2f} (sampled), {behavior_greedy['return']:.2f} (greedy)"
+    acc.print(f"π_β alone (β = 0): return {alone}")
+    extra = dict(eval_returns_greedy=greedy["returns"], dataset=data_stats)
+    extra["behavior_eval_greedy"] = {k: v for k, v in behavior_greedy.items() if k != "example"}
+    return finish_run(run, final, greedy, start=behavior_eval, **extra)  # start: π_β sampled
 
 
 # --------------------------------------------------------------------------------------------------
@@ -665,7 +714,9 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
 
-    def act(observations):
+    def act(observations, candidates):
+        if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
+            return model.choose(tokenizer, observations, candidates, args, greedy)
         return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
 
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
@@ -688,15 +739,10 @@ def micro_batches(items, size: int, acc, tokens=None):
     of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
-    total = global_tokens(acc, sum(n))
+    count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
+    total = count / acc.num_processes  # per process: DDP averages the processes' gradients
     for i in range(0, len(items), size):
         yield items[i : i + size], sum(n[i : i + size]) / total
-
-
-def global_tokens(acc, n: int):
-    """The batch's count of loss tokens (or items) over all processes, per process: DDP averages
-    the processes' gradients, so each weighs its tokens by this: the mean over the global batch."""
-    return acc.reduce(torch.tensor(float(n), device=acc.device), "sum").item() / acc.num_processes
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
@@ -795,9 +841,7 @@ def preset_args(args):
     if os.path.isfile(config):
         tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
-        raise SystemExit(
-            f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
-        )
+        raise SystemExit(f"--preset paper: no paper values for --env {args.env} ({list(PAPER)})")
     if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
     return replace(args, **PAPER[args.env])
@@ -865,9 +909,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
             except FileExistsError:
                 continue
             except OSError as e:
-                raise SystemExit(
-                    f"--output-dir {args.output_dir}: cannot create a run ({e})"
-                ) from None
+                why = f"--output-dir {args.output_dir}: cannot create a run ({e})"
+                raise SystemExit(why) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
     run_dir = broadcast_object_list([run_dir])[0]
     acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
@@ -875,9 +918,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
     wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
     acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
-    acc.print(
-        f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
-    )
+    where = f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads)"
+    acc.print(f"{where}; run {run_dir}")
     if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
@@ -931,11 +973,9 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
-    if greedy is not None:
-        summary |= {
-            "eval_return_greedy": greedy["return"],
-            "eval_success_rate_greedy": greedy["success_rate"],
-        }
+    if greedy is not None:  # the greedy evaluation's return and success rate
+        summary |= dict(eval_return_greedy=greedy["return"])
+        summary |= dict(eval_success_rate_greedy=greedy["success_rate"])
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
@@ -979,10 +1019,8 @@ def result_line(start, final):
     if not start:
         return f"result: eval return {end} (no start evaluation), {n} episodes"
     d, se = envs.paired_difference(final["returns"], start["returns"])
-    begin = f"{start['return']:.2f} ± {start['return_se']:.2f}"
-    return (
-        f"result: eval return {begin} → {end} (paired difference {d:+.2f} ± {se:.2f}, {n} episodes)"
-    )
+    begin, paired = f"{start['return']:.2f} ± {start['return_se']:.2f}", f"{d:+.2f} ± {se:.2f}"
+    return f"result: eval return {begin} → {end} (paired difference {paired}, {n} episodes)"
 
 
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):

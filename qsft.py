@@ -35,30 +35,18 @@ import tyro
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.modeling_outputs import CausalLMOutput
 
 import envs
 
 # Assumption 4.1 needs returns in [0, 1]: envs whose every turn costs -1 map a win at turn k of H
 # to (H + 1 − k)/H (= (H + R)/H for the original return R), the others a win to 1, and WebShop
 # keeps its score, already in [0, 1] (unit_rewards)
-TURN_PRICED = (
-    "twenty_questions",
-    "twenty_questions_subset",
-    "guess_my_city",
-    "wordle",
-    "wordle_small",
-)
+TURN_PRICED = ("twenty_questions", "twenty_questions_subset", "guess_my_city")
+TURN_PRICED += ("wordle", "wordle_small")
 ALFWORLD = tuple(n for n in envs.names() if n.startswith("alfworld"))  # a win earns 1 too
-WIN_ONLY = (
-    "chess",
-    "chess_endgame",
-    "overcooked_tomato_salad",
-    "overcooked_tomato_lettuce_salad",
-    "virtualhome_food_preparation",
-    "virtualhome_entertainment",
-    "webshop",
-    *ALFWORLD,
-)
+WIN_ONLY = ("chess", "chess_endgame", "overcooked_tomato_salad", "overcooked_tomato_lettuce_salad")
+WIN_ONLY += ("virtualhome_food_preparation", "virtualhome_entertainment", "webshop", *ALFWORLD)
 HORIZON = {"wordle": 6, "wordle_small": 6}  # turn caps the env does not expose as max_turns
 
 
@@ -126,6 +114,9 @@ class Args:
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
     """observations are left-truncated to this many tokens"""
+    actions: Literal["auto", "free", "admissible"] = "auto"
+    """'free': π̂ writes its commands; 'admissible': it picks one the env lists (docs/equations.md
+    §10); 'auto': admissible on ALFWorld"""
     # --- algorithm ---
     dataset: Optional[str] = None
     """the offline data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
@@ -192,17 +183,9 @@ def turn_transitions(data, env: str, horizon: int):
         steps = traj["steps"]
         for i, (step, r) in enumerate(zip(steps, rewards)):
             last = i == len(steps) - 1 or step["done"]
+            turn = dict(obs=step["observation"], action=step["action"], ids=step.get("action_ids"))
             nxt = None if last else steps[i + 1]["observation"]
-            out.append(
-                dict(
-                    obs=step["observation"],
-                    action=step["action"],
-                    reward=r,
-                    next_obs=nxt,
-                    ids=step.get("action_ids"),
-                    done=float(last),
-                )
-            )
+            out.append(turn | dict(reward=r, done=float(last), next_obs=nxt))
             if last:
                 break
     return out
@@ -258,9 +241,8 @@ class QSFTLogits(LogitsProcessor):
         mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], extra)], dim=1)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         new = dict(input_ids=input_ids[:, self.seen :], position_ids=pos[:, self.seen :])
-        out = self.likelihood(
-            **new, attention_mask=mask, past_key_values=self.cache, use_cache=True
-        )
+        new |= dict(attention_mask=mask, past_key_values=self.cache, use_cache=True)
+        out = self.likelihood(**new)
         self.cache, self.seen = out.past_key_values, input_ids.shape[1]
         p = torch.softmax(out.logits[:, -1].float(), dim=-1)
         return torch.log_softmax(scores.float(), dim=-1) + self.beta * p
@@ -278,6 +260,68 @@ class QSFTPolicy(torch.nn.Module):
         logits = QSFTLogits(self.likelihood, self.beta, attention_mask)
         kwargs |= dict(logits_processor=LogitsProcessorList([logits]))
         return self.behavior.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        """π̂'s logits at every position of whole sequences (candidate_logprobs), as QSFTLogits."""
+        kw = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        p = torch.softmax(self.likelihood(**kw).logits.float(), dim=-1)
+        log_pi = torch.log_softmax(self.behavior(**kw).logits.float(), dim=-1)
+        return CausalLMOutput(logits=log_pi + self.beta * p)
+
+
+def candidate_logprobs(model, tokenizer, observations, candidates, max_obs_tokens: int, rows=8):
+    """Eq. (10.1), log π(c|s) = Σ_i log π(c^i | s, c^{<i}) under `model`'s decoding distribution, of
+    each observation's candidates, on their ids as actions are written (tokenize_pairs): the scores
+    and the ids. A row is s, then every candidate, which sees s and its own tokens only (a 4D mask,
+    positions restarting after s): the values of scoring each (s, c) apart, s computed once."""
+    scores, all_ids, dev = [], [], next(model.parameters()).device
+    for c in range(0, len(observations), rows):
+        seqs, segs, poss = [], [], []  # a row's ids, segment (0: s, j: candidate j), positions
+        for obs, cands in zip(observations[c : c + rows], candidates[c : c + rows]):
+            pairs = tokenize_pairs(tokenizer, [obs] * len(cands), cands, max_obs_tokens)
+            s, cand_ids = pairs[0][0], [a for _, a in pairs]
+            all_ids.append(cand_ids)
+            seqs.append(s + [t for a in cand_ids for t in a])
+            segs.append([0] * len(s) + [j + 1 for j, a in enumerate(cand_ids) for _ in a])
+            poss.append(list(range(len(s))) + [len(s) + i for a in cand_ids for i in range(len(a))])
+        n = max(len(x) for x in seqs)
+        ids, seg, pos = (
+            torch.tensor([x + [fill] * (n - len(x)) for x in lists], device=dev)
+            for lists, fill in ((seqs, tokenizer.pad_token_id), (segs, -1), (poss, 0))
+        )
+        see = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # [row, query, key]
+        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() & see
+        logits = model(input_ids=ids, attention_mask=mask[:, None], position_ids=pos).logits
+        # a candidate's first token is predicted at s's last position, the others at the previous
+        s_len = (seg == 0).sum(-1, keepdim=True)
+        prev = torch.where(pos == s_len, s_len - 1, torch.arange(n, device=dev) - 1)
+        row, col = (seg > 0).nonzero().T  # row by row, candidate by candidate, in order
+        logp = torch.log_softmax(logits[row, prev[row, col]].float(), dim=-1)
+        logp = logp.gather(-1, ids[row, col].unsqueeze(-1)).squeeze(-1)
+        sums = torch.stack([x.sum() for x in logp.split([len(a) for i in all_ids[c:] for a in i])])
+        scores += list(sums.split([len(i) for i in all_ids[c:]]))
+    return scores, all_ids
+
+
+class Chooser:
+    """--actions admissible ('auto': on ALFWorld): `policy` choosing one of the env's listed
+    commands (its exact text and ids) instead of writing one, Eq. (10.2): a draw from the softmax of
+    the candidates' log π(c|s) at --temperature, the argmax when greedy (or at temperature 0).
+    run_episodes calls `choose`."""
+
+    def __init__(self, policy, args):
+        if envs.make(args.env).reset(seed=0)[1].get("valid_actions") is None:
+            raise SystemExit(f"--actions admissible: --env {args.env} lists no admissible commands")
+        self.policy = policy
+
+    @torch.no_grad()
+    def choose(self, tokenizer, observations, candidates, args, greedy: bool = False):
+        policy, limit = self.policy, args.max_obs_tokens
+        scores, ids = candidate_logprobs(policy, tokenizer, observations, candidates, limit)
+        picks = [int(s.argmax()) for s in scores]
+        if args.temperature > 0 and not greedy:
+            picks = [int(torch.softmax(s / args.temperature, 0).multinomial(1)) for s in scores]
+        return [c[k] for c, k in zip(candidates, picks)], [x[k] for x, k in zip(ids, picks)]
 
 
 def action_state_logits(model, input_ids, attention_mask, position_ids, action_mask, rows=16):
@@ -320,11 +364,9 @@ def soft_update(target, online, tau: float):
 
 def main(args: Args):
     acc = setup(args)  # check_args, the device, seeds (docs/usage.md "Code layout")
-    if args.env not in TURN_PRICED + WIN_ONLY:
-        raise SystemExit(
-            f"--env {args.env}: Q-SFT needs returns in [0, 1] and has a reward map for "
-            f"{', '.join(TURN_PRICED + WIN_ONLY)} (unit_rewards)"
-        )
+    if args.env not in TURN_PRICED + WIN_ONLY:  # unit_rewards' map
+        known = ", ".join(TURN_PRICED + WIN_ONLY)
+        raise SystemExit(f"--env {args.env}: Q-SFT needs returns in [0, 1], mapped for {known}")
     if args.behavior_policy and not os.path.isfile(f"{args.behavior_policy}/config.json"):
         raise SystemExit(f"--behavior-policy {args.behavior_policy}: no saved model there")
     dev = acc.device
@@ -359,11 +401,8 @@ def main(args: Args):
     run = start_run(args, acc, state, tokenizer, [target])
     if state.turns != len(turns):
         raise SystemExit(f"--resume {run.dir}: trained on {state.turns} turns, not {len(turns)}")
-    acc.print(
-        f"dataset: {len(data)} episodes, {len(turns)} turns (mean return "
-        f"{data_stats['mean_return']:.2f}, success {data_stats['success_rate']:.2f}, "
-        f"mean return mapped into [0, 1] {unit:.3f})"
-    )
+    stats = f"mean return {data_stats['mean_return']:.2f}, success {data_stats['success_rate']:.2f}"
+    acc.print(f"dataset: {len(data)} episodes, {len(turns)} turns ({stats}; in [0, 1] {unit:.3f})")
 
     # ALGO LOGIC: Eq. (2), the behaviour policy π_φ by cross-entropy on the data (Alg. 1, 2–5);
     # p_θ and p_θ̄ start from it (--likelihood-init behavior); then π_φ is frozen
@@ -372,10 +411,12 @@ def main(args: Args):
         raw_likelihood.load_state_dict(raw_behavior.state_dict())
         target.load_state_dict(raw_behavior.state_dict())
     raw_behavior.requires_grad_(False).eval()
-    policy = QSFTPolicy(raw_behavior, raw_likelihood, args.beta)  # π̂ (Algorithm 1, line 11)
+    policy, sft = QSFTPolicy(raw_behavior, raw_likelihood, args.beta), raw_behavior  # π̂ (Alg. 1)
+    if args.actions == "admissible" or (args.actions == "auto" and args.env in ALFWORLD):
+        policy, sft = Chooser(policy, args), Chooser(sft, args)  # choosing listed commands
     evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
     # the start's evaluation: π_φ alone (the SFT policy), not π̂
-    start_evaluation(run, functools.partial(evaluate, raw_behavior, tokenizer, args))
+    start_evaluation(run, functools.partial(evaluate, sft, tokenizer, args))
 
     # ALGO LOGIC: Eq. (3), the likelihood model p_θ by weighted cross-entropy (Alg. 1, 6–10)
     for iteration in range(state.iteration + 1, args.iterations + 1):
@@ -672,7 +713,9 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
     stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
 
-    def act(observations):
+    def act(observations, candidates):
+        if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
+            return model.choose(tokenizer, observations, candidates, args, greedy)
         return generate_actions(model, tokenizer, observations, args, stop_ids, greedy)[:2]
 
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
@@ -719,15 +762,10 @@ def micro_batches(items, size: int, acc, tokens=None):
     of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
     DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
     n = tokens or [1] * len(items)
-    total = global_tokens(acc, sum(n))
+    count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
+    total = count / acc.num_processes  # per process: DDP averages the processes' gradients
     for i in range(0, len(items), size):
         yield items[i : i + size], sum(n[i : i + size]) / total
-
-
-def global_tokens(acc, n: int):
-    """The batch's count of loss tokens (or items) over all processes, per process: DDP averages
-    the processes' gradients, so each weighs its tokens by this: the mean over the global batch."""
-    return acc.reduce(torch.tensor(float(n), device=acc.device), "sum").item() / acc.num_processes
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
@@ -826,9 +864,7 @@ def preset_args(args):
     if os.path.isfile(config):
         tiny = json.loads(open(config).read()).get("n_embd", 1e9) <= 256
     if args.preset == "paper" and args.env not in PAPER:
-        raise SystemExit(
-            f"--preset paper: no paper values for --env {args.env}, only {list(PAPER)}"
-        )
+        raise SystemExit(f"--preset paper: no paper values for --env {args.env} ({list(PAPER)})")
     if args.env not in PAPER or args.preset == "tiny" or (args.preset == "auto" and tiny):
         return args
     return replace(args, **PAPER[args.env])
@@ -896,9 +932,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
             except FileExistsError:
                 continue
             except OSError as e:
-                raise SystemExit(
-                    f"--output-dir {args.output_dir}: cannot create a run ({e})"
-                ) from None
+                why = f"--output-dir {args.output_dir}: cannot create a run ({e})"
+                raise SystemExit(why) from None
         json.dump(asdict(args), open(os.path.join(run_dir, "args.json"), "w"), indent=2)
     run_dir = broadcast_object_list([run_dir])[0]
     acc.project_configuration.logging_dir = run_dir  # TensorBoard: <run>/<wandb_project_name>
@@ -906,9 +941,8 @@ def start_run(args, acc, state, tokenizer, registered=()):
     wandb = dict(name=name, entity=entity, resume="allow", id=name, config=asdict(args))
     acc.init_trackers(args.wandb_project_name, init_kwargs={"wandb": wandb})  # args: args.json
     threads = f"{acc.num_processes} process(es), {torch.get_num_threads()} torch thread(s) each"
-    acc.print(
-        f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads); run {run_dir}"
-    )
+    where = f"device {acc.device}, dtype {args.dtype}, {threads} (--torch-threads)"
+    acc.print(f"{where}; run {run_dir}")
     if state.resumes:
         acc.print(f"resumed at iteration {state.iteration} ({state.episodes} episodes)")
     t0 = time.time() - state.wall_time_s  # the wall time of the whole run, across resumes
@@ -995,11 +1029,9 @@ def finish_run(run, final, greedy=None, start=None, **extra):
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
-    if greedy is not None:
-        summary |= {
-            "eval_return_greedy": greedy["return"],
-            "eval_success_rate_greedy": greedy["success_rate"],
-        }
+    if greedy is not None:  # the greedy evaluation's return and success rate
+        summary |= dict(eval_return_greedy=greedy["return"])
+        summary |= dict(eval_success_rate_greedy=greedy["success_rate"])
     summary |= dict(eval_episodes=args.eval_episodes, episodes=state.episodes, **extra)
     summary |= dict(world_size=acc.num_processes, wall_time_s=time.time() - run.t0)
     summary |= dict(history=state.history, resumes=state.resumes, args=asdict(args))
@@ -1043,10 +1075,8 @@ def result_line(start, final):
     if not start:
         return f"result: eval return {end} (no start evaluation), {n} episodes"
     d, se = envs.paired_difference(final["returns"], start["returns"])
-    begin = f"{start['return']:.2f} ± {start['return_se']:.2f}"
-    return (
-        f"result: eval return {begin} → {end} (paired difference {d:+.2f} ± {se:.2f}, {n} episodes)"
-    )
+    begin, paired = f"{start['return']:.2f} ± {start['return_se']:.2f}", f"{d:+.2f} ± {se:.2f}"
+    return f"result: eval return {begin} → {end} (paired difference {paired}, {n} episodes)"
 
 
 def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):

@@ -146,6 +146,8 @@ _CORPORA: dict = {}
 
 
 def _make_corpus(name: str, n: int, seed: int) -> list[str]:
+    if name in _OTHER and "floorplans" in _OTHER[name][1]:  # a small ALFWorld layout: its own text
+        return _other_module(name).corpus(n, seed=seed, **_OTHER[name][1])
     if name in _OTHER:
         return _other_module(name).corpus(n, seed=seed)
     module, targets = game_module(name), _GAMES[name][1]
@@ -215,4 +217,7 @@ register("alfworld_cool", "alfworld", task="cool")
 register("alfworld_pick_two", "alfworld", task="pick_two")
 register("alfworld_pick_listed", "alfworld", task="pick", list_commands=True)  # the commands shown
 register("alfworld_pick_listed_last", "alfworld", task="pick", list_commands=True, history=False)
+# one bathroom (FloorPlan401: 12 receptacles, 10 object types), its own tokenizer text: CPU tests
+register("alfworld_pick_small", "alfworld", task="pick", floorplans=("401",))
+register("alfworld_clean_small", "alfworld", task="clean", floorplans=("401",))
 register("webshop", "webshop")

@@ -91,7 +91,7 @@ MODES = ("suboptimal", "expert", "search", "explore")
 TASKS = ("pick", "examine", "clean", "heat", "cool", "pick_two")
 MAX_OBS_CHARS = 2000
 MAX_ECHO_CHARS = 60
-_OPTIONS = {"task", "max_turns", "n_targets", "list_commands", "history"}
+_OPTIONS = {"task", "max_turns", "n_targets", "list_commands", "history", "floorplans"}
 
 with open(os.path.join(os.path.dirname(__file__), "alfworld_layouts.json"), encoding="utf-8") as f:
     DATA = json.load(f)
@@ -401,6 +401,7 @@ class AlfworldEnv:
         n_targets: int = 100,
         list_commands: bool = False,
         history: bool = True,
+        floorplans: tuple | None = None,
     ):
         if task not in TASKS and task is not None:
             raise ValueError(f"alfworld: unknown task {task!r}; valid tasks: {list(TASKS)}")
@@ -408,6 +409,10 @@ class AlfworldEnv:
             raise ValueError(f"alfworld: max_turns must be >= 1, got {max_turns}")
         self.task, self.max_turns, self.list_commands = task, max_turns, list_commands
         self.show_history = history  # False: the observation shows only the latest step
+        for fp in floorplans or ():  # a small layout: one task type's games in these rooms
+            if task is None or fp not in FLOORPLANS or not games(task, fp):
+                raise ValueError(f"alfworld: floor plan {fp!r} has no games of task {task!r}")
+        self.floorplans = floorplans  # None: every floor plan where the task is possible
         name = ("alfworld" if task is None else f"alfworld_{task}") + "_listed" * list_commands
         self.name = name + "_last" * (not history)
         rng = random.Random(12345)
@@ -417,6 +422,8 @@ class AlfworldEnv:
 
     def _draw_game(self, rng: random.Random) -> str:
         task = self.task or rng.choice(TASKS)
+        if self.floorplans:
+            return rng.choice([g for fp in self.floorplans for g in games(task, fp)])
         return rng.choice(all_games(task))
 
     def reset(self, seed: int | None = None, options: dict | None = None):
@@ -510,7 +517,8 @@ def make(task: str | None = None, **options) -> AlfworldEnv:
     """Options: ``task`` (one of ``TASKS``; None = a random type per episode), ``max_turns``
     (default 30, Q-SFT's data; the benchmark's is 50), ``n_targets`` (evaluation games, 100),
     ``list_commands`` (True: the observation ends with the admissible commands), ``history``
-    (False: of the history, only the latest command and its result)."""
+    (False: of the history, only the latest command and its result), ``floorplans`` (a tuple of
+    ``FLOORPLANS`` keys: games only there; with ``task``)."""
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(
@@ -666,12 +674,16 @@ def scripted_policy(
     return AlfworldPolicy(seed=seed, mode=mode)
 
 
-def corpus(n: int, seed: int = 0) -> list[str]:
+def corpus(n: int, seed: int = 0, task: str | None = None, floorplans=None) -> list[str]:
     """``n`` texts: whole scripted episodes, the task types in turn (their last observation and
-    command; at least half of the texts), then a sample of the admissible commands seen."""
-    texts, commands = [], set()
-    runs = [(make(task), scripted_policy(seed=seed + k)) for k, task in enumerate(TASKS)]
-    for i in range((n + 1) // 2 // len(TASKS) + 1):
+    command; at least half of the texts), then a sample of the admissible commands seen. With
+    ``floorplans`` (a small layout) only the episodes of ``task`` there."""
+    texts, commands, tasks = [], set(), [task] if floorplans else TASKS
+    runs = [
+        (make(t, floorplans=floorplans), scripted_policy(seed=seed + k))
+        for k, t in enumerate(tasks)
+    ]
+    for i in range((n + 1) // 2 // len(tasks) + 1):
         for k, (env, policy) in enumerate(runs):
             obs, info = env.reset(seed=(seed + k) * 100_003 + i)
             done = False

@@ -4,9 +4,12 @@ episodes and nothing about models (as gym's vector envs and RecordEpisodeStatist
     trajs = envs.run_episodes("twenty_questions_subset", range(8), act)
     envs.episode_stats(trajs)   # mean return and success rate with their standard errors
 
-``act(observations) -> (actions, action_ids)`` is called once per turn with the observations of the
-episodes still running; ``action_ids[i]`` (the token ids a model sampled, or None) is kept in the
-step as ``"action_ids"``, so a loss can score exactly what was sampled. An env whose ``info`` has an
+``act(observations, candidates) -> (actions, action_ids)`` is called once per turn with the
+observations of the episodes still running and their candidates: the commands the env lists as
+admissible now (``info["valid_actions"]``: ALFWorld, Overcooked, VirtualHome, Jericho with
+``valid_actions=True``), or None where it lists none; ``action_ids[i]`` (the token ids a model
+sampled, or None) is kept in the step as ``"action_ids"``, so a loss can score exactly what was
+sampled. An env whose ``info`` has an
 ``"anchor"`` (a key of its state without the history: WebShop's page, ALFWorld's world) gets it
 recorded as the step's ``"anchor"``: the state the action was taken in (GiGPO's anchor state)."""
 
@@ -31,7 +34,7 @@ def run_episodes(name: str, seeds, act, targets=None, progress=None, **options):
     steps, active, n = [[] for _ in games], [True] * len(games), len(games)
     while any(active):
         live = [i for i in range(n) if active[i]]
-        acts, ids = act([obs[i] for i in live])
+        acts, ids = act([obs[i] for i in live], [infos[i].get("valid_actions") for i in live])
         for i, a, x in zip(live, acts, ids):
             anchor = infos[i].get("anchor")  # the state the action is taken in, if the env keys it
             o, r, terminated, truncated, infos[i] = games[i].step(a)

@@ -334,3 +334,24 @@ def test_corpus_covers_every_task_type():
     for phrase in ["under the desklamp", "with the desklamp", "clean", "hot", "cool", "two"]:
         assert any(phrase in t for t in texts), phrase
     assert sum("\n" not in t for t in texts) == 20  # commands
+
+
+def test_small_layouts_play_one_room_and_train_their_own_tokenizer_text():
+    """`alfworld_pick_small` / `alfworld_clean_small`: the games of one bathroom (FloorPlan401), its
+    targets and draws only there, the scripted policies as elsewhere, and a corpus of that room's
+    episodes alone (so the tiny tokenizer learns its object names whole); a floor plan without
+    games of the task is refused."""
+    for name, task in (("alfworld_pick_small", "pick"), ("alfworld_clean_small", "clean")):
+        env = envs.make(name)
+        assert {tuple(t.split("/")[:2]) for t in env.targets} == {(task, "FloorPlan401")}
+        drawn = {env.reset(seed=s)[1]["target"] for s in range(30)}
+        assert drawn <= set(A.games(task, "401")) and len(drawn) > 5
+        assert (
+            envs.summarize(envs.collect_scripted(name, 20, 0, mode="expert"))["success_rate"] == 1
+        )
+        texts = envs.corpus(name, 40)
+        assert all("toiletpaperhanger 1" in t for t in texts if "\n" in t)
+    with pytest.raises(ValueError, match="has no games of task 'heat'"):
+        envs.make("alfworld_heat", floorplans=("401",))
+    with pytest.raises(ValueError, match="has no games"):
+        envs.make("alfworld", floorplans=("401",))  # floorplans needs a task

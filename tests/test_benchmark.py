@@ -622,7 +622,7 @@ def test_copy_clicks_counts_valid_clicks(tmp_path, monkeypatch):
     )
     assert copy_clicks.click_copies(out, "alfworld_pick", 3)[2:] == (n, n)
     assert seen[0].max_obs_tokens == 600 and seen[0].lr == filtered_bc.Args().lr
-    act = lambda obs: (["Take cloth 99 from drawer 1"] * len(obs), [[]] * len(obs))  # noqa: E731
+    act = lambda obs, _: (["Take cloth 99 from drawer 1"] * len(obs), [[]] * len(obs))  # noqa: E731
     for name in ("alfworld_pick", "alfworld_pick_listed"):  # the listed commands follow the result
         trajs = envs.run_episodes(name, range(2), act, max_turns=4)
         assert copy_clicks.valid_clicks(trajs) == (0, 6)  # the last of each episode is unseen

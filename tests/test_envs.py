@@ -136,14 +136,14 @@ def test_run_episodes_records_the_anchor_each_action_was_taken_in():
     the dialogue is the state) gets steps without the key, as before."""
     actions = ["search[conditioner natural]", "click[no such button]", "click[Back to Search]"]
     turns = iter(actions + ["search[shampoo]"])
-    (traj,) = envs.run_episodes("webshop", [4], lambda o: ([next(turns)], [None]), max_turns=4)
+    (traj,) = envs.run_episodes("webshop", [4], lambda o, _: ([next(turns)], [None]), max_turns=4)
     env = envs.make("webshop", max_turns=4)
     want = [env.reset(seed=4)[1]["anchor"]] + [env.step(a)[4]["anchor"] for a in actions]
     assert [s["anchor"] for s in traj["steps"]] == want and want[0] == want[3] != want[1]
     keys = {"observation", "action", "action_ids", "reward", "done"}
     assert all(set(s) == keys | {"anchor"} for s in traj["steps"])
     ask = ["Is it an animal?"] * 2, [None] * 2
-    for t in envs.run_episodes("twenty_questions_subset", [0, 1], lambda o: ask, max_turns=1):
+    for t in envs.run_episodes("twenty_questions_subset", [0, 1], lambda o, _: ask, max_turns=1):
         assert all(set(s) == keys for s in t["steps"])
 
 
