@@ -366,7 +366,7 @@ def main(args: Args):
     acc = setup(args)  # check_args, the device, seeds (docs/usage.md "Code layout")
     if args.env not in TURN_PRICED + WIN_ONLY:  # unit_rewards' map
         known = ", ".join(TURN_PRICED + WIN_ONLY)
-        raise SystemExit(f"--env {args.env}: Q-SFT needs returns in [0, 1], mapped for {known}")
+        raise SystemExit(f"--env {args.env}: Q-SFT needs returns in [0, 1] (a reward map): {known}")
     if args.behavior_policy and not os.path.isfile(f"{args.behavior_policy}/config.json"):
         raise SystemExit(f"--behavior-policy {args.behavior_policy}: no saved model there")
     dev = acc.device

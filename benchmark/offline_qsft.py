@@ -4,6 +4,8 @@ Q-SFT on the same offline data per game, with the same number of policy gradient
     python benchmark/offline_qsft.py                      # 4 games x 5 methods x seeds 1-2
     python benchmark/offline_qsft.py --games twenty_questions_subset --seeds 1 2 3
     python benchmark/offline_qsft.py --games wordle_small --steps 3000 --out runs/benchmark/qsft3000
+    python benchmark/offline_qsft.py --games alfworld_pick_small alfworld_clean_small \
+        --methods sft qsft ilql --steps 400 --eval-episodes 100 --out runs/benchmark/qsft_alfworld
     python benchmark/report.py                            # -> benchmark/results/qsft*_<game>.md
 
 For each game it writes data/qsft_<game>_<episodes>.jsonl (the env's scripted, sub-optimal policy,
@@ -25,12 +27,18 @@ from online import find_run, run_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GAMES = ["twenty_questions_subset", "wordle_small", "wordle", "chess_endgame"]
+# ALFWorld's one-bathroom layouts (not run by default): every policy chooses among the admissible
+# commands there (--actions auto), as Q-SFT's agent does (§5); its success rate is the return
+ALFWORLD = ["alfworld_pick_small", "alfworld_clean_small"]
 # (wordle_small, the 20-secret CPU-scale game, has no paper row: the paper plays 400+ secrets)
 # the paper's Table 1 (GPT-2-medium; Chess and Wordle from random initialisation; 100 evaluations)
 PAPER = {
     "twenty_questions_subset": {"sft": -17.3, "qsft": -13.1, "ilql": -14.2},
     "wordle": {"sft": -3.81, "qsft": -2.11, "ilql": -2.08},
     "chess_endgame": {"sft": 0.11, "qsft": 0.15, "ilql": 0.09},
+    # ALFWorld success rates (LLaVA-1.6; all of each type's rooms, here one bathroom's)
+    "alfworld_pick_small": {"sft": 0.38, "qsft": 0.39, "ilql": 0.28},
+    "alfworld_clean_small": {"sft": 0.0, "qsft": 0.19, "ilql": 0.0},
 }
 METHODS = {  # key -> (row label, script)
     "sft": ("SFT (BC, ρ 1.0)", "filtered_bc.py"),
@@ -69,7 +77,7 @@ def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--games", nargs="+", default=GAMES, choices=GAMES)
+    p.add_argument("--games", nargs="+", default=GAMES, choices=GAMES + ALFWORLD)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--episodes", type=int, default=2000, help="scripted episodes per dataset")
     p.add_argument("--steps", type=int, default=800, help="policy gradient steps per method")
