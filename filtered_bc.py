@@ -218,15 +218,15 @@ def main(args: Args):
     optimizer = torch.optim.AdamW(trainable, lr=args.offline_lr)
     actor, optimizer = acc.prepare(actor, optimizer)
     raw_actor = acc.unwrap_model(actor)
+    policy = raw_actor  # --actions: writing its commands, or choosing listed ones (Chooser)
+    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
+        policy = Chooser(raw_actor, args)
     stop_ids = newline_token_ids(tokenizer)
     fill = args.buffer_init and args.iterations > 0 and (args.dataset or args.scripted_episodes)
     data = warm_start_data(args) if args.offline_steps > 0 or fill else []  # BC and/or the buffer
     state = RunState(args, buffer=deque(maxlen=args.buffer_size), offline_eval=None)
     run = start_run(args, acc, state, tokenizer)
     buffer, batch_rng = state.buffer, state.batch_rng  # after start_run: --resume restores them
-    policy = raw_actor  # --actions: writing its commands, or choosing listed ones (Chooser)
-    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
-        policy = Chooser(raw_actor, args)
     evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
 
     def strip(ev):

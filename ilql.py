@@ -409,6 +409,10 @@ def main(args: Args):
     target.to(dev)
     raw_behavior = acc.unwrap_model(behavior)
     raw = acc.unwrap_model(value)
+    policy = ILQLPolicy(raw_behavior, raw, target, args.beta, args.adv_clip)  # π (Eq. 8.7)
+    behavior_policy = raw_behavior  # π_β alone, evaluated at the end
+    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
+        policy, behavior_policy = Chooser(policy, args), Chooser(raw_behavior, args)
 
     # The offline data (every process holds all of it) as turns of the token MDP, the env's rewards
     data = warm_start_data(args)
@@ -421,10 +425,6 @@ def main(args: Args):
     batch_rng = state.batch_rng
     stats = f"mean return {data_stats['mean_return']:.2f}, success {data_stats['success_rate']:.2f}"
     acc.print(f"dataset: {len(data)} episodes, {len(turns)} turns ({stats})")
-    policy = ILQLPolicy(raw_behavior, raw, target, args.beta, args.adv_clip)  # π (Eq. 8.7)
-    behavior_policy = raw_behavior  # π_β alone, evaluated at the end
-    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
-        policy, behavior_policy = Chooser(policy, args), Chooser(raw_behavior, args)
     evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
 
     # ALGO LOGIC: Eqs. (8.1)-(8.6), one loss over every action token of a batch of turns

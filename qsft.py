@@ -388,6 +388,9 @@ def main(args: Args):
     behavior, likelihood, bc_opt, opt = acc.prepare(behavior, likelihood, bc_opt, opt)
     target.to(dev)
     raw_behavior, raw_likelihood = acc.unwrap_model(behavior), acc.unwrap_model(likelihood)
+    policy, sft = QSFTPolicy(raw_behavior, raw_likelihood, args.beta), raw_behavior  # π̂ (Alg. 1)
+    if args.actions == "admissible" or (args.actions == "auto" and args.env in ALFWORLD):
+        policy, sft = Chooser(policy, args), Chooser(sft, args)  # choosing listed commands
 
     # The offline data (every process holds all of it) as turns, rewards mapped into [0, 1]
     data = warm_start_data(args)
@@ -411,9 +414,6 @@ def main(args: Args):
         raw_likelihood.load_state_dict(raw_behavior.state_dict())
         target.load_state_dict(raw_behavior.state_dict())
     raw_behavior.requires_grad_(False).eval()
-    policy, sft = QSFTPolicy(raw_behavior, raw_likelihood, args.beta), raw_behavior  # π̂ (Alg. 1)
-    if args.actions == "admissible" or (args.actions == "auto" and args.env in ALFWORLD):
-        policy, sft = Chooser(policy, args), Chooser(sft, args)  # choosing listed commands
     evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
     # the start's evaluation: π_φ alone (the SFT policy), not π̂
     start_evaluation(run, functools.partial(evaluate, sft, tokenizer, args))

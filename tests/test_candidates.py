@@ -5,6 +5,8 @@ log-probabilities of one (observation, candidate) at a time, taken from the path
 (π_φ's logits through QSFTLogits, π_β's through ILQLLogits, the actor's own): the batched 4D-mask
 pass scores exactly what sampling would."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -109,6 +111,23 @@ def test_chooser_refuses_an_env_without_candidates(script, policies):
     module.Chooser(policy, module.Args(env="alfworld_cool"))
     with pytest.raises(SystemExit, match="lists no admissible commands"):
         module.Chooser(policy, module.Args(env="twenty_questions_subset", actions="admissible"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_actions_admissible_without_candidates_is_refused_before_the_run_is_written(
+    script, tmp_path
+):
+    """main refuses --actions admissible on an env that lists no commands before any data is
+    collected or any run folder written (a one-line SystemExit: exit status 2 under cli)."""
+    import importlib
+
+    module = importlib.import_module(script)
+    args = module.Args(
+        env="twenty_questions_subset", actions="admissible", output_dir=str(tmp_path)
+    )
+    with pytest.raises(SystemExit, match="--actions admissible: --env twenty_questions_subset"):
+        module.main(replace(args, device="cpu"))
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_chooser_plays_listed_commands_and_a_plain_actor_writes_its_own(policies):
