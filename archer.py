@@ -80,8 +80,7 @@ class Args:
     critic_max_tokens: int = 480
     """critic inputs are left-truncated to this many tokens"""
     critic_input: Literal["separate", "joint"] = "separate"
-    """the critic's action input: 'separate' (the paper's: a alone, Q heads on [enc(s), enc(a)]) or
-    'joint' (our ablation, as the paper's GPT-2 critic: s then a, Q heads on [enc(s), enc(s a)])"""
+    """the critic's action input: a alone ('separate', the paper's) or s then a ('joint')"""
     advantage_critic: Literal["online", "target"] = "online"
     """A(s, a) = Q − V of Eqs. (3)–(5) from 'online' (paper's: θ, ψ) or 'target' (ablation: θ̄, ψ̄)"""
     lora_r: int = 0
@@ -91,8 +90,7 @@ class Args:
     lora_target_modules: Optional[list[str]] = None
     """modules LoRA adapts (default: peft's choice for the architecture)"""
     preset: Literal["auto", "tiny", "paper"] = "auto"
-    """'paper': Table 2's values for --env (PAPER) and the paper's critic; 'tiny': these
-    defaults; 'auto': paper for a pretrained actor. Named flags win (docs/archer.md)"""
+    """'paper': Table 2's values for --env (PAPER); 'tiny': these; 'auto': paper if pretrained"""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """float32, bfloat16 or float16 (actor, critic encoder, baseline trunk)"""
     gradient_checkpointing: bool = False
@@ -106,7 +104,11 @@ class Args:
     top_p: float = 1.0
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
-    """actor observations are left-truncated to this many tokens"""
+    """actor observations are left-truncated to this many tokens (a chat: by whole turns)"""
+    chat: Literal["auto", "on", "off"] = "auto"
+    """episodes as conversations in the actor's chat template ('auto': if it has one; not tiny)"""
+    system_prompt: Optional[str] = None
+    """--chat: a system turn before the task (None: the template's own, if any)"""
     # --- algorithm ---
     dataset: Optional[str] = None
     """BC warm-start data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
@@ -133,8 +135,7 @@ class Args:
     critic_lr: float = 6e-4
     """critic learning rate (paper: 6e-4)"""
     actor_lr: float = 5e-5
-    """actor learning rate (paper: 3e-4; 3e-5 on the full Twenty Questions). 5e-5 by measurement:
-    the tiny actor at 3e-4 collapsed by 320 episodes and at 1.5e-4 by ~700 (docs/archer.md)"""
+    """actor learning rate (paper: 3e-4; full Twenty Questions 3e-5; tiny: 5e-5, docs/archer.md)"""
     critic_updates_per_iter: int = 50
     """critic gradient steps per iteration, each followed by a target update (paper: 50)"""
     actor_updates_per_iter: int = 3
@@ -317,8 +318,8 @@ def main(args: Args):
         baseline, baseline_opt = acc.prepare(baseline, baseline_opt)
     raw_actor, raw_critic = acc.unwrap_model(actor), acc.unwrap_model(critic)
     adv_critic = target if args.advantage_critic == "target" else raw_critic  # whose A in Eqs. 3–5
-    stop_ids = newline_token_ids(tokenizer)
-    data = warm_start_data(args) if args.bc_steps > 0 or args.buffer_init else []
+    stop_ids = stop_token_ids(tokenizer)
+    data = warm_start_data(args, tokenizer) if args.bc_steps > 0 or args.buffer_init else []
     state = RunState(args, buffer=deque(maxlen=args.buffer_size))
     run = start_run(args, acc, state, tokenizer, [target])
     buffer, batch_rng = state.buffer, state.batch_rng
@@ -489,8 +490,7 @@ class Run:
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE trained on the env's text in a second (`tiny` models); split only at newlines,
-    frequent phrases ("Is it an animal") are single tokens: sequences ~4x shorter."""
+    """Byte-level BPE trained on the env's text in a second (`tiny`), split only at newlines."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers as pre, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -505,8 +505,7 @@ def train_tiny_tokenizer(texts, vocab_size: int = 1024):
 
 
 def pretrained(cls, flag: str, name: str, **kw):
-    """cls.from_pretrained(name): a package's weights, a folder or a Hub id (asked for once, without
-    ~50 s of retries); else one line: why, and what works offline."""
+    """cls.from_pretrained(name): a package's weights, a folder or a Hub id; else why, in a line."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
 
     local = os.path.exists(name) or name.startswith(("/", ".", "~")) or name.count("/") > 1
@@ -562,6 +561,10 @@ def load_actor(name: str, args):
         tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if args.chat == "on" and not tokenizer.chat_template:
+        raise SystemExit(f"--chat on: --actor {name} has no chat template (--chat off: plain text)")
+    if args.chat == "off":
+        tokenizer.chat_template = None  # plain text: the env's transcript, "\n" ends an action
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -615,31 +618,42 @@ def load_baseline(name: str, tokenizer, dtype: str):
     return TokenBaseline(no_dropout(trunk))
 
 
-def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
-    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
+def stop_token_ids(tokenizer):
+    """Ids of every token holding an action's end (a newline; a chat's end of turn), and EOS."""
+    end = chat_format(tokenizer).end
+    ids = [i for i in range(len(tokenizer)) if end in tokenizer.decode([i])]
     return ids + [tokenizer.eos_token_id]
 
 
+def chat_format(tokenizer, system_prompt=None):
+    """--chat: the template's texts around contents, read off one rendering; else envs.PLAIN."""
+    if not tokenizer.chat_template:
+        return envs.PLAIN
+    system = [dict(role="system", content=system_prompt)] if system_prompt else []
+    turns = system + [dict(role=role, content="\0") for role in ("user", "assistant", "user")]
+    text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    first, _, after, opening = text.split("\0")
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    end = tokenizer.decode(encode(after)[:1])  # the first token after an assistant's content
+    return envs.ChatFormat(first, opening, end, after[len(end) :], encode)
+
+
 def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised apart so they are contiguous when joined;
-    observations left-truncated to max_obs_tokens. Token-in, token-out: an action with ids (those
-    the actor sampled, through its stop token) is exactly those tokens (re-encoding the decoded text
-    can give others); one without (data) is the canonical encoding of text + "\\n" (its end)."""
+    """(observation, action) ids per pair: sampled ids as they are, else text + its end ("\\n")."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    obs_ids = [envs.prompt_ids(o, x, max_obs_tokens) for o, x in zip(observations, obs_ids)]
     ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
     todo = [i for i, x in enumerate(ids) if x is None]
     if todo:
-        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        end = chat_format(tokenizer).end
+        enc = tokenizer([actions[i] + end for i in todo], add_special_tokens=False)["input_ids"]
         for i, x in zip(todo, enc):
             ids[i] = x
-    keep = -max_obs_tokens if max_obs_tokens > 0 else 0
-    return [(o[keep:] if keep else o, list(a)) for o, a in zip(obs_ids, ids)]
+    return [(o, list(a)) for o, a in zip(obs_ids, ids)]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
-    """Batch (obs, action) id pairs as contiguous sequences padded on one side: input_ids,
-    attention_mask, position_ids (counting real tokens only) and action_mask."""
+    """Batch (obs, action) id pairs padded on one side; positions count real tokens only."""
     obs_len = torch.tensor([len(o) for o, _ in pairs], dtype=torch.long)
     lengths = obs_len + torch.tensor([len(a) for _, a in pairs], dtype=torch.long)
     cols = torch.arange(int(lengths.max()))
@@ -653,8 +667,7 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
 
 
 def critic_inputs(tokenizer, texts, max_tokens: int, device="cpu"):
-    """Critic (input_ids, attention_mask), right-padded: each text left-truncated and framed as the
-    encoder expects, [CLS] text [SEP] (without a CLS token: BOS, else EOS, then the text)."""
+    """Critic (input_ids, attention_mask): each text left-truncated, framed [CLS] text [SEP]."""
     specials = (tokenizer.cls_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
     first = next((t for t in specials if t is not None), None)
     last = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
@@ -686,10 +699,7 @@ def token_values(baseline, input_ids, attention_mask, position_ids, action_mask)
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """One sampled utterance per observation (batched, KV cache, left padding, 256 at a time sorted
-    by length), greedy with `greedy` or temperature 0. Returns (texts, ids, n_tokens): ids[i] the
-    sampled ids through the first stop token (or all max_new_tokens: truncated), texts[i] what the
-    env gets (the decoded ids up to the first newline). Losses score ids[i], never a re-encoding."""
+    """(texts, ids, n_tokens): ids[i] sampled through a stop token, texts[i] its first line."""
     n, pad = len(observations), tokenizer.pad_token_id
     obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
     order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
@@ -718,7 +728,8 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    stop_ids, kw = stop_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    kw["chat"] = chat_format(tokenizer, args.system_prompt)  # --chat: episodes as conversations
 
     def act(observations, candidates):
         if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
@@ -730,10 +741,10 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
 
 
 def utterance_stats(trajs, tokenizer, stop_ids):
-    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token), and how
-    many a re-encoding of the decoded text would have scored as other tokens."""
+    """Per 1,000 utterances: cut at max_new_tokens, and re-encoded as other tokens."""
     steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
-    texts, stops, n = [s["action"] + "\n" for s in steps], set(stop_ids), max(len(steps), 1)
+    end, stops, n = chat_format(tokenizer).end, set(stop_ids), max(len(steps), 1)
+    texts = [s["action"] + end for s in steps]
     canon = tokenizer(texts, add_special_tokens=False)["input_ids"] if steps else []
     cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
     differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
@@ -752,8 +763,7 @@ def nll_loss(logprobs):
 
 
 def bc_step(run, actor, optimizer, pairs):
-    """One step of nll_loss on (observation, utterance, ids or None) triples, sorted by length so a
-    micro-batch pads little (the same mean). Returns (loss, gradient norm)."""
+    """One nll_loss step on (observation, utterance, ids or None) triples: (loss, grad norm)."""
     optimizer.zero_grad(set_to_none=True)
     pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total, tok = 0.0, run.tokenizer
@@ -776,9 +786,7 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
-    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
-    DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
+    """(chunk, share): Σ share × (chunk's mean), averaged by DDP, is the mean over the batch."""
     n = tokens or [1] * len(items)
     count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
     total = count / acc.num_processes  # per process: DDP averages the processes' gradients
@@ -787,8 +795,7 @@ def micro_batches(items, size: int, acc, tokens=None):
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
-    """envs.episode_stats of args.eval_episodes fixed episodes (seeds fixed, targets cycled, its own
-    sampling seed: torch's RNG forked, training untouched) and one example."""
+    """envs.episode_stats of --eval-episodes fixed episodes (own sampling seed), one example."""
     targets = envs.make(args.env).targets
     targets = [targets[i % len(targets)] for i in range(args.eval_episodes)]
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
@@ -814,8 +821,7 @@ class RunState:
 
 
 def check_args(args):
-    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
-    types and choices): a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded: a bad one is a line."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
@@ -844,9 +850,7 @@ def check_args(args):
 
 def parse_args(argv=None):
     """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
-    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
-    apply over them, so --help shows the values the run will use. A resumed run may change only
-    its RESUMABLE flags."""
+    defaults (args.json; the PAPER values), the flags apply over them; --help shows the result."""
     first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     base = resumed_args(first.resume) if first.resume else preset_args(first)
     args = tyro.cli(Args, args=argv, default=base)
@@ -889,8 +893,7 @@ def preset_args(args):
 
 
 def setup(args):
-    """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
+    """check_args; accelerate on --device (refused where torch cannot use it); threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -913,24 +916,23 @@ def setup(args):
     return acc
 
 
-def warm_start_data(args):
+def warm_start_data(args, tokenizer):
     """The episodes of --dataset, or --scripted-episodes of the scripted (sub-optimal) policy."""
     try:
-        if args.dataset:
-            return envs.load_dataset(args.dataset, env=args.env)
+        data = envs.load_dataset(args.dataset, env=args.env) if args.dataset else None
     except (OSError, ValueError) as e:
         raise SystemExit(f"--dataset: {e}") from None
-    if args.scripted_episodes == 0:
+    if data is None and args.scripted_episodes == 0:
         raise SystemExit("--dataset FILE or --scripted-episodes N > 0: this run trains on data")
-    return envs.collect_scripted(
-        args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
-    )
+    if data is None:
+        data = envs.collect_scripted(
+            args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
+        )
+    return envs.chat_episodes(data, chat_format(tokenizer, args.system_prompt))  # as the actor sees
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
-    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
-    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
+    """State registered for checkpoints; --resume's loaded, else a new run folder; trackers."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
@@ -968,8 +970,7 @@ def start_run(args, acc, state, tokenizer, registered=()):
 
 
 def save_checkpoint(run):
-    """Models, optimisers, registered objects, RNGs (accelerate) and the tokenizer into
-    checkpoint.tmp/, renamed over checkpoint/ once complete: a kill keeps the last one."""
+    """accelerate's state and the tokenizer into checkpoint.tmp/, renamed over checkpoint/."""
     path, acc = os.path.join(run.dir, "checkpoint"), run.acc
     run.state.wall_time_s = time.time() - run.t0
     if acc.is_main_process:
@@ -987,8 +988,7 @@ def save_checkpoint(run):
 
 
 def bc_warm_start(run, actor, optimizer, data, steps: int):
-    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, a line
-    every steps/5 (or 30 s); done once (a run stopped in it, before a checkpoint, starts again)."""
+    """BC (bc_step) on `data` for `steps` steps, a line every steps/5; once (not resumed)."""
     state, args, shown = run.state, run.args, time.time()
     if state.bc_done or steps == 0:
         return
@@ -1006,8 +1006,7 @@ def bc_warm_start(run, actor, optimizer, data, steps: int):
 
 
 def start_evaluation(run, evaluate_now):
-    """The policy the run starts learning from, evaluated once (kept across resumes); the warm start
-    is over then, and a checkpoint keeps it from being redone."""
+    """The start policy evaluated once (kept across resumes); the warm start is over then."""
     if run.state.start_eval is None:
         ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
         stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
@@ -1037,8 +1036,7 @@ def collect(run, play, n: int, iteration: int):
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
-    iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
+    """An iteration's end: evaluation, trackers, history, a line; a checkpoint every N."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
         ev = evaluate_now()
@@ -1058,8 +1056,7 @@ def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
 
 
 def finish_run(run, final, greedy=None, start=None, **extra):
-    """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
-    last line: start → end, paired on the same episodes. Returns `final`."""
+    """summary.json and the last line: start → end, paired on the same episodes."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}

@@ -85,8 +85,7 @@ class Args:
     lora_target_modules: Optional[list[str]] = None
     """modules LoRA adapts (default: peft's choice for the architecture)"""
     preset: Literal["auto", "tiny", "paper"] = "auto"
-    """'paper': Table 2's CHAI values for --env (PAPER) and a pretrained critic; 'tiny': these
-    defaults; 'auto': paper for a pretrained actor. Named flags win (docs/chai.md)"""
+    """'paper': Table 2's values for --env (PAPER); 'tiny': these; 'auto': paper if pretrained"""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """float32, bfloat16 or float16 (actor and critic encoder)"""
     gradient_checkpointing: bool = False
@@ -101,12 +100,15 @@ class Args:
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
     """actor observations are left-truncated to this many tokens"""
+    chat: Literal["auto", "on", "off"] = "auto"
+    """episodes as conversations in the actor's chat template ('auto': if it has one; not tiny)"""
+    system_prompt: Optional[str] = None
+    """--chat: a system turn before the task (None: the template's own, if any)"""
     # --- algorithm ---
     k: int = 5
     """candidate utterances per observation; the critic picks one (paper: 5)"""
     dataset: Optional[str] = None
-    """BC and first buffer data, JSON Lines from `python -m envs.collect`; all data with --offline
-    """
+    """BC and first buffer data (--offline: all), JSON Lines from `python -m envs.collect`"""
     scripted_episodes: int = 2000
     """episodes of the scripted (sub-optimal) policy when no --dataset is given"""
     offline: bool = False
@@ -120,8 +122,7 @@ class Args:
     buffer_init: bool = True
     """start the replay buffer with the BC data's transitions"""
     iterations: int = 20
-    """iterations: rollouts with CHAI's acting rule, then critic steps (offline: critic steps only)
-    """
+    """iterations: CHAI's rollouts, then critic steps (offline: critic steps only)"""
     rollouts_per_iter: int = 16
     """episodes collected per iteration, split over processes (paper: 128)"""
     buffer_size: int = 10000
@@ -256,7 +257,7 @@ def chai_scores(scorer, critic_tok, s, cands, args):
 def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, n: int, seed: int, targets=None):
     """n episodes of CHAI's acting rule (envs.run_episodes): at every turn k candidates from the
     frozen actor, the one with the highest min(Q̄_1, Q̄_2) is said. Returns (trajs, n_tokens)."""
-    stop_ids = newline_token_ids(tokenizer)
+    stop_ids = stop_token_ids(tokenizer)
     device = next(scorer.parameters()).device
     n_tokens = 0
 
@@ -270,6 +271,7 @@ def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, n: int, seed: 
         return [c[b] for c, b in zip(cands, best)], [None] * len(obs)  # (texts, no ids)
 
     options = dict(max_turns=args.max_turns, oracle=args.oracle)
+    options["chat"] = chat_format(tokenizer, args.system_prompt)  # --chat: conversations
     trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **options)
     return trajs, n_tokens
 
@@ -304,8 +306,9 @@ def main(args: Args):
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)  # no actor optimiser
     actor, critic, bc_opt, critic_opt = acc.prepare(actor, critic, bc_opt, critic_opt)
     raw_actor, raw_critic = acc.unwrap_model(actor), acc.unwrap_model(critic)
-    stop_ids = newline_token_ids(tokenizer)
-    data = warm_start_data(args) if args.bc_steps > 0 or args.buffer_init or args.offline else []
+    stop_ids = stop_token_ids(tokenizer)
+    needs_data = args.bc_steps > 0 or args.buffer_init or args.offline  # BC, the buffer
+    data = warm_start_data(args, tokenizer) if needs_data else []
     state = RunState(args, buffer=deque(maxlen=None if args.offline else args.buffer_size))
     run = start_run(args, acc, state, tokenizer, [target])  # offline: the buffer keeps all data
     buffer, batch_rng = state.buffer, state.batch_rng
@@ -452,8 +455,7 @@ class Run:
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE trained on the env's text in a second (`tiny` models); split only at newlines,
-    frequent phrases ("Is it an animal") are single tokens: sequences ~4x shorter."""
+    """Byte-level BPE trained on the env's text in a second (`tiny`), split only at newlines."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers as pre, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -468,8 +470,7 @@ def train_tiny_tokenizer(texts, vocab_size: int = 1024):
 
 
 def pretrained(cls, flag: str, name: str, **kw):
-    """cls.from_pretrained(name): a package's weights, a folder or a Hub id (asked for once, without
-    ~50 s of retries); else one line: why, and what works offline."""
+    """cls.from_pretrained(name): a package's weights, a folder or a Hub id; else why, in a line."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
 
     local = os.path.exists(name) or name.startswith(("/", ".", "~")) or name.count("/") > 1
@@ -525,6 +526,10 @@ def load_actor(name: str, args):
         tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if args.chat == "on" and not tokenizer.chat_template:
+        raise SystemExit(f"--chat on: --actor {name} has no chat template (--chat off: plain text)")
+    if args.chat == "off":
+        tokenizer.chat_template = None  # plain text: the env's transcript, "\n" ends an action
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -563,31 +568,42 @@ def load_critic(name: str, args):
     return critic, tokenizer
 
 
-def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
-    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
+def stop_token_ids(tokenizer):
+    """Ids of every token holding an action's end (a newline; a chat's end of turn), and EOS."""
+    end = chat_format(tokenizer).end
+    ids = [i for i in range(len(tokenizer)) if end in tokenizer.decode([i])]
     return ids + [tokenizer.eos_token_id]
 
 
+def chat_format(tokenizer, system_prompt=None):
+    """--chat: the template's texts around contents, read off one rendering; else envs.PLAIN."""
+    if not tokenizer.chat_template:
+        return envs.PLAIN
+    system = [dict(role="system", content=system_prompt)] if system_prompt else []
+    turns = system + [dict(role=role, content="\0") for role in ("user", "assistant", "user")]
+    text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    first, _, after, opening = text.split("\0")
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    end = tokenizer.decode(encode(after)[:1])  # the first token after an assistant's content
+    return envs.ChatFormat(first, opening, end, after[len(end) :], encode)
+
+
 def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised apart so they are contiguous when joined;
-    observations left-truncated to max_obs_tokens. Token-in, token-out: an action with ids (those
-    the actor sampled, through its stop token) is exactly those tokens (re-encoding the decoded text
-    can give others); one without (data) is the canonical encoding of text + "\\n" (its end)."""
+    """(observation, action) ids per pair: sampled ids as they are, else text + its end ("\\n")."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    obs_ids = [envs.prompt_ids(o, x, max_obs_tokens) for o, x in zip(observations, obs_ids)]
     ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
     todo = [i for i, x in enumerate(ids) if x is None]
     if todo:
-        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        end = chat_format(tokenizer).end
+        enc = tokenizer([actions[i] + end for i in todo], add_special_tokens=False)["input_ids"]
         for i, x in zip(todo, enc):
             ids[i] = x
-    keep = -max_obs_tokens if max_obs_tokens > 0 else 0
-    return [(o[keep:] if keep else o, list(a)) for o, a in zip(obs_ids, ids)]
+    return [(o, list(a)) for o, a in zip(obs_ids, ids)]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
-    """Batch (obs, action) id pairs as contiguous sequences padded on one side: input_ids,
-    attention_mask, position_ids (counting real tokens only) and action_mask."""
+    """Batch (obs, action) id pairs padded on one side; positions count real tokens only."""
     obs_len = torch.tensor([len(o) for o, _ in pairs], dtype=torch.long)
     lengths = obs_len + torch.tensor([len(a) for _, a in pairs], dtype=torch.long)
     cols = torch.arange(int(lengths.max()))
@@ -601,8 +617,7 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
 
 
 def critic_inputs(tokenizer, texts, max_tokens: int, device="cpu"):
-    """Critic (input_ids, attention_mask), right-padded: each text left-truncated and framed as the
-    encoder expects, [CLS] text [SEP] (without a CLS token: BOS, else EOS, then the text)."""
+    """Critic (input_ids, attention_mask): each text left-truncated, framed [CLS] text [SEP]."""
     specials = (tokenizer.cls_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
     first = next((t for t in specials if t is not None), None)
     last = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
@@ -629,10 +644,7 @@ def action_token_logprobs(model, input_ids, attention_mask, position_ids, action
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """One sampled utterance per observation (batched, KV cache, left padding, 256 at a time sorted
-    by length), greedy with `greedy` or temperature 0. Returns (texts, ids, n_tokens): ids[i] the
-    sampled ids through the first stop token (or all max_new_tokens: truncated), texts[i] what the
-    env gets (the decoded ids up to the first newline). Losses score ids[i], never a re-encoding."""
+    """(texts, ids, n_tokens): ids[i] sampled through a stop token, texts[i] its first line."""
     n, pad = len(observations), tokenizer.pad_token_id
     obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
     order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
@@ -661,7 +673,8 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    stop_ids, kw = stop_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    kw["chat"] = chat_format(tokenizer, args.system_prompt)  # --chat: episodes as conversations
 
     def act(observations, candidates):
         if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
@@ -684,8 +697,7 @@ def nll_loss(logprobs):
 
 
 def bc_step(run, actor, optimizer, pairs):
-    """One step of nll_loss on (observation, utterance, ids or None) triples, sorted by length so a
-    micro-batch pads little (the same mean). Returns (loss, gradient norm)."""
+    """One nll_loss step on (observation, utterance, ids or None) triples: (loss, grad norm)."""
     optimizer.zero_grad(set_to_none=True)
     pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total, tok = 0.0, run.tokenizer
@@ -708,9 +720,7 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
-    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
-    DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
+    """(chunk, share): Σ share × (chunk's mean), averaged by DDP, is the mean over the batch."""
     n = tokens or [1] * len(items)
     count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
     total = count / acc.num_processes  # per process: DDP averages the processes' gradients
@@ -719,8 +729,7 @@ def micro_batches(items, size: int, acc, tokens=None):
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
-    """envs.episode_stats of args.eval_episodes fixed episodes (seeds fixed, targets cycled, its own
-    sampling seed: torch's RNG forked, training untouched) and one example."""
+    """envs.episode_stats of --eval-episodes fixed episodes (own sampling seed), one example."""
     targets = envs.make(args.env).targets
     targets = [targets[i % len(targets)] for i in range(args.eval_episodes)]
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
@@ -746,8 +755,7 @@ class RunState:
 
 
 def check_args(args):
-    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
-    types and choices): a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded: a bad one is a line."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
@@ -776,9 +784,7 @@ def check_args(args):
 
 def parse_args(argv=None):
     """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
-    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
-    apply over them, so --help shows the values the run will use. A resumed run may change only
-    its RESUMABLE flags."""
+    defaults (args.json; the PAPER values), the flags apply over them; --help shows the result."""
     first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     base = resumed_args(first.resume) if first.resume else preset_args(first)
     args = tyro.cli(Args, args=argv, default=base)
@@ -821,8 +827,7 @@ def preset_args(args):
 
 
 def setup(args):
-    """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
+    """check_args; accelerate on --device (refused where torch cannot use it); threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -845,24 +850,23 @@ def setup(args):
     return acc
 
 
-def warm_start_data(args):
+def warm_start_data(args, tokenizer):
     """The episodes of --dataset, or --scripted-episodes of the scripted (sub-optimal) policy."""
     try:
-        if args.dataset:
-            return envs.load_dataset(args.dataset, env=args.env)
+        data = envs.load_dataset(args.dataset, env=args.env) if args.dataset else None
     except (OSError, ValueError) as e:
         raise SystemExit(f"--dataset: {e}") from None
-    if args.scripted_episodes == 0:
+    if data is None and args.scripted_episodes == 0:
         raise SystemExit("--dataset FILE or --scripted-episodes N > 0: this run trains on data")
-    return envs.collect_scripted(
-        args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
-    )
+    if data is None:
+        data = envs.collect_scripted(
+            args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
+        )
+    return envs.chat_episodes(data, chat_format(tokenizer, args.system_prompt))  # as the actor sees
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
-    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
-    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
+    """State registered for checkpoints; --resume's loaded, else a new run folder; trackers."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
@@ -900,8 +904,7 @@ def start_run(args, acc, state, tokenizer, registered=()):
 
 
 def save_checkpoint(run):
-    """Models, optimisers, registered objects, RNGs (accelerate) and the tokenizer into
-    checkpoint.tmp/, renamed over checkpoint/ once complete: a kill keeps the last one."""
+    """accelerate's state and the tokenizer into checkpoint.tmp/, renamed over checkpoint/."""
     path, acc = os.path.join(run.dir, "checkpoint"), run.acc
     run.state.wall_time_s = time.time() - run.t0
     if acc.is_main_process:
@@ -919,8 +922,7 @@ def save_checkpoint(run):
 
 
 def bc_warm_start(run, actor, optimizer, data, steps: int):
-    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, a line
-    every steps/5 (or 30 s); done once (a run stopped in it, before a checkpoint, starts again)."""
+    """BC (bc_step) on `data` for `steps` steps, a line every steps/5; once (not resumed)."""
     state, args, shown = run.state, run.args, time.time()
     if state.bc_done or steps == 0:
         return
@@ -938,8 +940,7 @@ def bc_warm_start(run, actor, optimizer, data, steps: int):
 
 
 def start_evaluation(run, evaluate_now):
-    """The policy the run starts learning from, evaluated once (kept across resumes); the warm start
-    is over then, and a checkpoint keeps it from being redone."""
+    """The start policy evaluated once (kept across resumes); the warm start is over then."""
     if run.state.start_eval is None:
         ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
         stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
@@ -969,8 +970,7 @@ def collect(run, play, n: int, iteration: int):
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
-    iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
+    """An iteration's end: evaluation, trackers, history, a line; a checkpoint every N."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
         ev = evaluate_now()
@@ -990,8 +990,7 @@ def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
 
 
 def finish_run(run, final, greedy=None, start=None, **extra):
-    """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
-    last line: start → end, paired on the same episodes. Returns `final`."""
+    """summary.json and the last line: start → end, paired on the same episodes."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}

@@ -88,8 +88,7 @@ class Args:
     lora_target_modules: Optional[list[str]] = None
     """modules LoRA adapts (default: peft's choice for the architecture)"""
     preset: Literal["auto", "tiny", "paper"] = "auto"
-    """'paper': LMRL-Gym's ILQL values for --env (PAPER; Q-SFT's ILQL baseline states none);
-    'tiny': these defaults; 'auto': paper for a pretrained actor. Named flags win (docs/ilql.md)"""
+    """'paper': LMRL-Gym's values for --env (PAPER); 'tiny': these; 'auto': paper if pretrained"""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """float32, bfloat16 or float16 (of π_β and the value trunk; heads and target: float32)"""
     gradient_checkpointing: bool = False
@@ -104,9 +103,12 @@ class Args:
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
     """observations are left-truncated to this many tokens"""
+    chat: Literal["auto", "on", "off"] = "auto"
+    """episodes as conversations in the actor's chat template ('auto': if it has one; not tiny)"""
+    system_prompt: Optional[str] = None
+    """--chat: a system turn before the task (None: the template's own, if any)"""
     actions: Literal["auto", "free", "admissible"] = "auto"
-    """'free': π writes its commands; 'admissible': it picks one the env lists (docs/equations.md
-    §10); 'auto': admissible on ALFWorld"""
+    """'free': π writes commands; 'admissible': picks one the env lists (§10); 'auto': ALFWorld"""
     # --- algorithm ---
     dataset: Optional[str] = None
     """the offline data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
@@ -407,15 +409,14 @@ def main(args: Args):
     opt = torch.optim.AdamW(params, lr=args.lr)
     behavior, value, opt = acc.prepare(behavior, value, opt)
     target.to(dev)
-    raw_behavior = acc.unwrap_model(behavior)
-    raw = acc.unwrap_model(value)
+    raw_behavior, raw = acc.unwrap_model(behavior), acc.unwrap_model(value)
     policy = ILQLPolicy(raw_behavior, raw, target, args.beta, args.adv_clip)  # π (Eq. 8.7)
     behavior_policy = raw_behavior  # π_β alone, evaluated at the end
     if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
         policy, behavior_policy = Chooser(policy, args), Chooser(raw_behavior, args)
 
     # The offline data (every process holds all of it) as turns of the token MDP, the env's rewards
-    data = warm_start_data(args)
+    data = warm_start_data(args, tokenizer)
     turns = token_mdp_turns(data)
     data_stats = {**envs.summarize(data), "turns": len(turns)}
     state = RunState(args, turns=len(turns))
@@ -437,15 +438,13 @@ def main(args: Args):
             progress(f"iter {iteration}: ILQL step {step}/{n_steps}")
             batch = draw(turns, args.batch_size, batch_rng, acc)
             opt.zero_grad(set_to_none=True)
-            obs = [t["obs"] for t in batch]
-            acts = [t["action"] for t in batch]
+            obs, acts = [t["obs"] for t in batch], [t["action"] for t in batch]
             ids = [t["ids"] for t in batch]
             batch_pairs = tokenize_pairs(tokenizer, obs, acts, args.max_obs_tokens, ids)
             n_tok = [len(a) for _, a in batch_pairs]  # the loss is a mean over action tokens
             chunks = micro_batches(list(zip(batch, batch_pairs)), args.micro_batch_size, acc, n_tok)
             for chunk, share in chunks:
-                mb = [t for t, _ in chunk]
-                pairs = [p for _, p in chunk]
+                mb, pairs = [t for t, _ in chunk], [p for _, p in chunk]
                 cur = pad_pairs(pairs, tokenizer.pad_token_id, "right", dev)
                 n_act = torch.tensor([len(a) for _, a in pairs], device=dev)
                 turn = torch.repeat_interleave(torch.arange(len(mb), device=dev), n_act)
@@ -555,8 +554,7 @@ class Run:
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE trained on the env's text in a second (`tiny` models); split only at newlines,
-    frequent phrases ("Is it an animal") are single tokens: sequences ~4x shorter."""
+    """Byte-level BPE trained on the env's text in a second (`tiny`), split only at newlines."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers as pre, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -571,8 +569,7 @@ def train_tiny_tokenizer(texts, vocab_size: int = 1024):
 
 
 def pretrained(cls, flag: str, name: str, **kw):
-    """cls.from_pretrained(name): a package's weights, a folder or a Hub id (asked for once, without
-    ~50 s of retries); else one line: why, and what works offline."""
+    """cls.from_pretrained(name): a package's weights, a folder or a Hub id; else why, in a line."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
 
     local = os.path.exists(name) or name.startswith(("/", ".", "~")) or name.count("/") > 1
@@ -628,6 +625,10 @@ def load_actor(name: str, args):
         tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if args.chat == "on" and not tokenizer.chat_template:
+        raise SystemExit(f"--chat on: --actor {name} has no chat template (--chat off: plain text)")
+    if args.chat == "off":
+        tokenizer.chat_template = None  # plain text: the env's transcript, "\n" ends an action
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -641,31 +642,42 @@ def load_actor(name: str, args):
     return no_dropout(model), tokenizer
 
 
-def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
-    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
+def stop_token_ids(tokenizer):
+    """Ids of every token holding an action's end (a newline; a chat's end of turn), and EOS."""
+    end = chat_format(tokenizer).end
+    ids = [i for i in range(len(tokenizer)) if end in tokenizer.decode([i])]
     return ids + [tokenizer.eos_token_id]
 
 
+def chat_format(tokenizer, system_prompt=None):
+    """--chat: the template's texts around contents, read off one rendering; else envs.PLAIN."""
+    if not tokenizer.chat_template:
+        return envs.PLAIN
+    system = [dict(role="system", content=system_prompt)] if system_prompt else []
+    turns = system + [dict(role=role, content="\0") for role in ("user", "assistant", "user")]
+    text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    first, _, after, opening = text.split("\0")
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    end = tokenizer.decode(encode(after)[:1])  # the first token after an assistant's content
+    return envs.ChatFormat(first, opening, end, after[len(end) :], encode)
+
+
 def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised apart so they are contiguous when joined;
-    observations left-truncated to max_obs_tokens. Token-in, token-out: an action with ids (those
-    the actor sampled, through its stop token) is exactly those tokens (re-encoding the decoded text
-    can give others); one without (data) is the canonical encoding of text + "\\n" (its end)."""
+    """(observation, action) ids per pair: sampled ids as they are, else text + its end ("\\n")."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    obs_ids = [envs.prompt_ids(o, x, max_obs_tokens) for o, x in zip(observations, obs_ids)]
     ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
     todo = [i for i, x in enumerate(ids) if x is None]
     if todo:
-        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        end = chat_format(tokenizer).end
+        enc = tokenizer([actions[i] + end for i in todo], add_special_tokens=False)["input_ids"]
         for i, x in zip(todo, enc):
             ids[i] = x
-    keep = -max_obs_tokens if max_obs_tokens > 0 else 0
-    return [(o[keep:] if keep else o, list(a)) for o, a in zip(obs_ids, ids)]
+    return [(o, list(a)) for o, a in zip(obs_ids, ids)]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
-    """Batch (obs, action) id pairs as contiguous sequences padded on one side: input_ids,
-    attention_mask, position_ids (counting real tokens only) and action_mask."""
+    """Batch (obs, action) id pairs padded on one side; positions count real tokens only."""
     obs_len = torch.tensor([len(o) for o, _ in pairs], dtype=torch.long)
     lengths = obs_len + torch.tensor([len(a) for _, a in pairs], dtype=torch.long)
     cols = torch.arange(int(lengths.max()))
@@ -680,10 +692,7 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """One sampled utterance per observation (batched, KV cache, left padding, 256 at a time sorted
-    by length), greedy with `greedy` or temperature 0. Returns (texts, ids, n_tokens): ids[i] the
-    sampled ids through the first stop token (or all max_new_tokens: truncated), texts[i] what the
-    env gets (the decoded ids up to the first newline). Losses score ids[i], never a re-encoding."""
+    """(texts, ids, n_tokens): ids[i] sampled through a stop token, texts[i] its first line."""
     n, pad = len(observations), tokenizer.pad_token_id
     obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
     order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
@@ -712,7 +721,8 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    stop_ids, kw = stop_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    kw["chat"] = chat_format(tokenizer, args.system_prompt)  # --chat: episodes as conversations
 
     def act(observations, candidates):
         if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
@@ -735,9 +745,7 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
-    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
-    DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
+    """(chunk, share): Σ share × (chunk's mean), averaged by DDP, is the mean over the batch."""
     n = tokens or [1] * len(items)
     count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
     total = count / acc.num_processes  # per process: DDP averages the processes' gradients
@@ -746,8 +754,7 @@ def micro_batches(items, size: int, acc, tokens=None):
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
-    """envs.episode_stats of args.eval_episodes fixed episodes (seeds fixed, targets cycled, its own
-    sampling seed: torch's RNG forked, training untouched) and one example."""
+    """envs.episode_stats of --eval-episodes fixed episodes (own sampling seed), one example."""
     targets = envs.make(args.env).targets
     targets = [targets[i % len(targets)] for i in range(args.eval_episodes)]
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
@@ -773,8 +780,7 @@ class RunState:
 
 
 def check_args(args):
-    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
-    types and choices): a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded: a bad one is a line."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
@@ -803,9 +809,7 @@ def check_args(args):
 
 def parse_args(argv=None):
     """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
-    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
-    apply over them, so --help shows the values the run will use. A resumed run may change only
-    its RESUMABLE flags."""
+    defaults (args.json; the PAPER values), the flags apply over them; --help shows the result."""
     first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     base = resumed_args(first.resume) if first.resume else preset_args(first)
     args = tyro.cli(Args, args=argv, default=base)
@@ -848,8 +852,7 @@ def preset_args(args):
 
 
 def setup(args):
-    """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
+    """check_args; accelerate on --device (refused where torch cannot use it); threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -872,24 +875,23 @@ def setup(args):
     return acc
 
 
-def warm_start_data(args):
+def warm_start_data(args, tokenizer):
     """The episodes of --dataset, or --scripted-episodes of the scripted (sub-optimal) policy."""
     try:
-        if args.dataset:
-            return envs.load_dataset(args.dataset, env=args.env)
+        data = envs.load_dataset(args.dataset, env=args.env) if args.dataset else None
     except (OSError, ValueError) as e:
         raise SystemExit(f"--dataset: {e}") from None
-    if args.scripted_episodes == 0:
+    if data is None and args.scripted_episodes == 0:
         raise SystemExit("--dataset FILE or --scripted-episodes N > 0: this run trains on data")
-    return envs.collect_scripted(
-        args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
-    )
+    if data is None:
+        data = envs.collect_scripted(
+            args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
+        )
+    return envs.chat_episodes(data, chat_format(tokenizer, args.system_prompt))  # as the actor sees
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
-    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
-    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
+    """State registered for checkpoints; --resume's loaded, else a new run folder; trackers."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
@@ -927,8 +929,7 @@ def start_run(args, acc, state, tokenizer, registered=()):
 
 
 def save_checkpoint(run):
-    """Models, optimisers, registered objects, RNGs (accelerate) and the tokenizer into
-    checkpoint.tmp/, renamed over checkpoint/ once complete: a kill keeps the last one."""
+    """accelerate's state and the tokenizer into checkpoint.tmp/, renamed over checkpoint/."""
     path, acc = os.path.join(run.dir, "checkpoint"), run.acc
     run.state.wall_time_s = time.time() - run.t0
     if acc.is_main_process:
@@ -946,8 +947,7 @@ def save_checkpoint(run):
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
-    iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
+    """An iteration's end: evaluation, trackers, history, a line; a checkpoint every N."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
         ev = evaluate_now()
@@ -967,8 +967,7 @@ def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
 
 
 def finish_run(run, final, greedy=None, start=None, **extra):
-    """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
-    last line: start → end, paired on the same episodes. Returns `final`."""
+    """summary.json and the last line: start → end, paired on the same episodes."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}

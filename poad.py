@@ -80,8 +80,7 @@ class Args:
     actor: str = "tiny"
     """causal LM: 'tiny', 'smollm2-135m', a Hugging Face id or a local path (runs/<run>/actor)"""
     critic: str = "base_lm"
-    """critic: 'base_lm' (App. J: the frozen reference LM + a trained bias-free MLP head), 'actor'
-    (a trainable copy of the post-BC actor's trunk), 'tiny', or a causal LM"""
+    """'base_lm' (App. J: frozen LM + trained head), 'actor' (a copy of its trunk), 'tiny', an LM"""
     lora_r: int = 0
     """LoRA rank for the actor (0 = full fine-tuning)"""
     lora_alpha: int = 16
@@ -89,8 +88,7 @@ class Args:
     lora_target_modules: Optional[list[str]] = None
     """modules LoRA adapts (default: peft's choice for the architecture)"""
     preset: Literal["auto", "tiny", "paper"] = "auto"
-    """'paper': App. J's POAD values for --env (PAPER: Overcooked, VirtualHome, DataSciCoding);
-    'tiny': these defaults; 'auto': paper for a pretrained actor. Named flags win"""
+    """'paper': App. J's values for --env (PAPER); 'tiny': these; 'auto': paper if pretrained"""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """float32, bfloat16 or float16 (actor, critic)"""
     gradient_checkpointing: bool = False
@@ -105,6 +103,10 @@ class Args:
     """nucleus sampling (1.0 = off)"""
     max_obs_tokens: int = 448
     """actor observations are left-truncated to this many tokens"""
+    chat: Literal["auto", "on", "off"] = "auto"
+    """episodes as conversations in the actor's chat template ('auto': if it has one; not tiny)"""
+    system_prompt: Optional[str] = None
+    """--chat: a system turn before the task (None: the template's own, if any)"""
     # --- algorithm ---
     dataset: Optional[str] = None
     """BC warm-start data, JSON Lines from `python -m envs.collect` (default: scripted episodes)"""
@@ -131,8 +133,7 @@ class Args:
     value_lr: float = 3e-4
     """critic learning rate (paper: 1e-5–5e-5)"""
     backup: Literal["bad", "ntpo"] = "bad"
-    """'bad': no discount inside an action, γ between actions (Eq. 14); 'ntpo': γ per token (Eq.
-    10)"""
+    """'bad': γ between actions only (Eq. 14); 'ntpo': γ per token (Eq. 10)"""
     gamma: float = 0.95
     """discount between actions (NTPO: per token) (paper: 0.95–0.99)"""
     gae_lambda: float = 0.95
@@ -140,15 +141,13 @@ class Args:
     clip_coef: float = 0.2
     """policy ratio clip ε (paper: 0.2)"""
     value_clip: float = 1.0
-    """value clip c: V moves at most c from its rollout-time value per batch (paper: 0.2; 0 =
-    off)"""
+    """value clip c: V moves at most c from its rollout value per batch (paper: 0.2; 0 = off)"""
     ent_coef: float = 0.0
     """weight of the entropy bonus (paper: 0.01)"""
     kl_coef: float = 0.0
     """β of a per-token KL penalty to the frozen starting policy (paper: none, 0)"""
     target_kl: float = 0.02
-    """skip a minibatch's actor step when its approx KL(π_old ‖ π_θ) exceeds this (paper: 0.02; 0 =
-    off)"""
+    """skip an actor step whose approx KL(π_old ‖ π_θ) exceeds this (paper: 0.02; 0 = off)"""
     whiten_advantages: bool = True
     """normalise each batch's advantages over its action tokens"""
     max_grad_norm: float = 1.0
@@ -456,8 +455,8 @@ def main(args: Args):
     value_opt = torch.optim.AdamW(trainable, lr=args.value_lr)
     value, value_opt = acc.prepare(value, value_opt)
     raw_value = acc.unwrap_model(value)
-    stop_ids = newline_token_ids(tokenizer)
-    data = warm_start_data(args) if args.bc_steps > 0 else []
+    stop_ids = stop_token_ids(tokenizer)
+    data = warm_start_data(args, tokenizer) if args.bc_steps > 0 else []
     state = RunState(args)
     run = start_run(args, acc, state, tokenizer, [ref] if ref is not None else [])
     evaluate_now = functools.partial(evaluate, raw_actor, tokenizer, args)
@@ -553,8 +552,7 @@ class Run:
 
 
 def train_tiny_tokenizer(texts, vocab_size: int = 1024):
-    """Byte-level BPE trained on the env's text in a second (`tiny` models); split only at newlines,
-    frequent phrases ("Is it an animal") are single tokens: sequences ~4x shorter."""
+    """Byte-level BPE trained on the env's text in a second (`tiny`), split only at newlines."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers as pre, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -569,8 +567,7 @@ def train_tiny_tokenizer(texts, vocab_size: int = 1024):
 
 
 def pretrained(cls, flag: str, name: str, **kw):
-    """cls.from_pretrained(name): a package's weights, a folder or a Hub id (asked for once, without
-    ~50 s of retries); else one line: why, and what works offline."""
+    """cls.from_pretrained(name): a package's weights, a folder or a Hub id; else why, in a line."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
 
     local = os.path.exists(name) or name.startswith(("/", ".", "~")) or name.count("/") > 1
@@ -626,6 +623,10 @@ def load_actor(name: str, args):
         tokenizer = pretrained(AutoTokenizer, "resume", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if args.chat == "on" and not tokenizer.chat_template:
+        raise SystemExit(f"--chat on: --actor {name} has no chat template (--chat off: plain text)")
+    if args.chat == "off":
+        tokenizer.chat_template = None  # plain text: the env's transcript, "\n" ends an action
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -654,31 +655,42 @@ def load_baseline(name: str, tokenizer, dtype: str):
     return TokenBaseline(no_dropout(trunk))
 
 
-def newline_token_ids(tokenizer):
-    """Ids of every token whose text contains a newline: generation stops there (utterance end)."""
-    ids = [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])]
+def stop_token_ids(tokenizer):
+    """Ids of every token holding an action's end (a newline; a chat's end of turn), and EOS."""
+    end = chat_format(tokenizer).end
+    ids = [i for i in range(len(tokenizer)) if end in tokenizer.decode([i])]
     return ids + [tokenizer.eos_token_id]
 
 
+def chat_format(tokenizer, system_prompt=None):
+    """--chat: the template's texts around contents, read off one rendering; else envs.PLAIN."""
+    if not tokenizer.chat_template:
+        return envs.PLAIN
+    system = [dict(role="system", content=system_prompt)] if system_prompt else []
+    turns = system + [dict(role=role, content="\0") for role in ("user", "assistant", "user")]
+    text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    first, _, after, opening = text.split("\0")
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    end = tokenizer.decode(encode(after)[:1])  # the first token after an assistant's content
+    return envs.ChatFormat(first, opening, end, after[len(end) :], encode)
+
+
 def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
-    """(observation ids, action ids) per pair, tokenised apart so they are contiguous when joined;
-    observations left-truncated to max_obs_tokens. Token-in, token-out: an action with ids (those
-    the actor sampled, through its stop token) is exactly those tokens (re-encoding the decoded text
-    can give others); one without (data) is the canonical encoding of text + "\\n" (its end)."""
+    """(observation, action) ids per pair: sampled ids as they are, else text + its end ("\\n")."""
     obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    obs_ids = [envs.prompt_ids(o, x, max_obs_tokens) for o, x in zip(observations, obs_ids)]
     ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
     todo = [i for i, x in enumerate(ids) if x is None]
     if todo:
-        enc = tokenizer([actions[i] + "\n" for i in todo], add_special_tokens=False)["input_ids"]
+        end = chat_format(tokenizer).end
+        enc = tokenizer([actions[i] + end for i in todo], add_special_tokens=False)["input_ids"]
         for i, x in zip(todo, enc):
             ids[i] = x
-    keep = -max_obs_tokens if max_obs_tokens > 0 else 0
-    return [(o[keep:] if keep else o, list(a)) for o, a in zip(obs_ids, ids)]
+    return [(o, list(a)) for o, a in zip(obs_ids, ids)]
 
 
 def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
-    """Batch (obs, action) id pairs as contiguous sequences padded on one side: input_ids,
-    attention_mask, position_ids (counting real tokens only) and action_mask."""
+    """Batch (obs, action) id pairs padded on one side; positions count real tokens only."""
     obs_len = torch.tensor([len(o) for o, _ in pairs], dtype=torch.long)
     lengths = obs_len + torch.tensor([len(a) for _, a in pairs], dtype=torch.long)
     cols = torch.arange(int(lengths.max()))
@@ -714,10 +726,7 @@ def token_values(baseline, input_ids, attention_mask, position_ids, action_mask)
 
 @torch.no_grad()
 def generate_actions(model, tokenizer, observations, args, stop_ids, greedy: bool = False):
-    """One sampled utterance per observation (batched, KV cache, left padding, 256 at a time sorted
-    by length), greedy with `greedy` or temperature 0. Returns (texts, ids, n_tokens): ids[i] the
-    sampled ids through the first stop token (or all max_new_tokens: truncated), texts[i] what the
-    env gets (the decoded ids up to the first newline). Losses score ids[i], never a re-encoding."""
+    """(texts, ids, n_tokens): ids[i] sampled through a stop token, texts[i] its first line."""
     n, pad = len(observations), tokenizer.pad_token_id
     obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
     order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
@@ -746,7 +755,8 @@ def progress(text: str):
 
 def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
     """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, kw = newline_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    stop_ids, kw = stop_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+    kw["chat"] = chat_format(tokenizer, args.system_prompt)  # --chat: episodes as conversations
 
     def act(observations, candidates):
         if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
@@ -758,10 +768,10 @@ def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False
 
 
 def utterance_stats(trajs, tokenizer, stop_ids):
-    """Per 1,000 sampled utterances: how many were cut at max_new_tokens (no stop token), and how
-    many a re-encoding of the decoded text would have scored as other tokens."""
+    """Per 1,000 utterances: cut at max_new_tokens, and re-encoded as other tokens."""
     steps = [s for t in trajs for s in t["steps"] if s.get("action_ids") is not None]
-    texts, stops, n = [s["action"] + "\n" for s in steps], set(stop_ids), max(len(steps), 1)
+    end, stops, n = chat_format(tokenizer).end, set(stop_ids), max(len(steps), 1)
+    texts = [s["action"] + end for s in steps]
     canon = tokenizer(texts, add_special_tokens=False)["input_ids"] if steps else []
     cut = sum(not s["action_ids"] or s["action_ids"][-1] not in stops for s in steps)
     differs = sum(c != s["action_ids"] for c, s in zip(canon, steps))
@@ -780,8 +790,7 @@ def nll_loss(logprobs):
 
 
 def bc_step(run, actor, optimizer, pairs):
-    """One step of nll_loss on (observation, utterance, ids or None) triples, sorted by length so a
-    micro-batch pads little (the same mean). Returns (loss, gradient norm)."""
+    """One nll_loss step on (observation, utterance, ids or None) triples: (loss, grad norm)."""
     optimizer.zero_grad(set_to_none=True)
     pairs = sorted(pairs, key=lambda p: len(p[0]) + len(p[1]))
     total, tok = 0.0, run.tokenizer
@@ -804,9 +813,7 @@ def draw(items, n: int, rng: random.Random, acc):
 
 
 def micro_batches(items, size: int, acc, tokens=None):
-    """(chunk, share): chunks of `size` items, each with its share of the global batch's items or
-    of its loss `tokens` (per item): Σ share × (chunk's mean), averaged over processes by
-    DDP, is the mean over the whole batch, with any micro-batch size and number of processes."""
+    """(chunk, share): Σ share × (chunk's mean), averaged by DDP, is the mean over the batch."""
     n = tokens or [1] * len(items)
     count = acc.reduce(torch.tensor(float(sum(n)), device=acc.device), "sum").item()
     total = count / acc.num_processes  # per process: DDP averages the processes' gradients
@@ -821,8 +828,7 @@ def global_tokens(acc, n: int):
 
 
 def evaluate(model, tokenizer, args, greedy: bool = False):
-    """envs.episode_stats of args.eval_episodes fixed episodes (seeds fixed, targets cycled, its own
-    sampling seed: torch's RNG forked, training untouched) and one example."""
+    """envs.episode_stats of --eval-episodes fixed episodes (own sampling seed), one example."""
     targets = envs.make(args.env).targets
     targets = [targets[i % len(targets)] for i in range(args.eval_episodes)]
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
@@ -848,8 +854,7 @@ class RunState:
 
 
 def check_args(args):
-    """Counts, fractions and the env, before anything is loaded or written (tyro has checked the
-    types and choices): a bad one is a line naming its flag."""
+    """Counts, fractions and the env, before anything is loaded: a bad one is a line."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
@@ -878,9 +883,7 @@ def check_args(args):
 
 def parse_args(argv=None):
     """The command line, read twice by tyro: --resume, --preset, --env and --actor choose the
-    defaults (a resumed run's args.json; else the PAPER values of --preset), then the flags given
-    apply over them, so --help shows the values the run will use. A resumed run may change only
-    its RESUMABLE flags."""
+    defaults (args.json; the PAPER values), the flags apply over them; --help shows the result."""
     first, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     base = resumed_args(first.resume) if first.resume else preset_args(first)
     args = tyro.cli(Args, args=argv, default=base)
@@ -923,8 +926,7 @@ def preset_args(args):
 
 
 def setup(args):
-    """check_args; accelerate on --device (refused if torch cannot place a tensor there: accelerate
-    would fall back to the CPU without a word), with TensorBoard [and wandb]; threads; seeds."""
+    """check_args; accelerate on --device (refused where torch cannot use it); threads; seeds."""
     check_args(args)
     try:
         torch.empty(0, device=None if args.device == "auto" else args.device)
@@ -947,24 +949,23 @@ def setup(args):
     return acc
 
 
-def warm_start_data(args):
+def warm_start_data(args, tokenizer):
     """The episodes of --dataset, or --scripted-episodes of the scripted (sub-optimal) policy."""
     try:
-        if args.dataset:
-            return envs.load_dataset(args.dataset, env=args.env)
+        data = envs.load_dataset(args.dataset, env=args.env) if args.dataset else None
     except (OSError, ValueError) as e:
         raise SystemExit(f"--dataset: {e}") from None
-    if args.scripted_episodes == 0:
+    if data is None and args.scripted_episodes == 0:
         raise SystemExit("--dataset FILE or --scripted-episodes N > 0: this run trains on data")
-    return envs.collect_scripted(
-        args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
-    )
+    if data is None:
+        data = envs.collect_scripted(
+            args.env, args.scripted_episodes, args.seed, max_turns=args.max_turns
+        )
+    return envs.chat_episodes(data, chat_format(tokenizer, args.system_prompt))  # as the actor sees
 
 
 def start_run(args, acc, state, tokenizer, registered=()):
-    """`registered` objects, then `state`, join accelerate's checkpoint, and --resume's is loaded
-    (a run stopped before its first checkpoint starts again in its folder); else a new run folder
-    (never another run's) gets args.json. Trackers: TensorBoard in <run>/<wandb project>, wandb."""
+    """State registered for checkpoints; --resume's loaded, else a new run folder; trackers."""
     for obj in (*registered, state):
         acc.register_for_checkpointing(obj)
     run_dir = args.resume
@@ -1002,8 +1003,7 @@ def start_run(args, acc, state, tokenizer, registered=()):
 
 
 def save_checkpoint(run):
-    """Models, optimisers, registered objects, RNGs (accelerate) and the tokenizer into
-    checkpoint.tmp/, renamed over checkpoint/ once complete: a kill keeps the last one."""
+    """accelerate's state and the tokenizer into checkpoint.tmp/, renamed over checkpoint/."""
     path, acc = os.path.join(run.dir, "checkpoint"), run.acc
     run.state.wall_time_s = time.time() - run.t0
     if acc.is_main_process:
@@ -1021,8 +1021,7 @@ def save_checkpoint(run):
 
 
 def bc_warm_start(run, actor, optimizer, data, steps: int):
-    """BC (bc_step) on `data` for `steps` steps of --bc-batch-size (else --batch-size) pairs, a line
-    every steps/5 (or 30 s); done once (a run stopped in it, before a checkpoint, starts again)."""
+    """BC (bc_step) on `data` for `steps` steps, a line every steps/5; once (not resumed)."""
     state, args, shown = run.state, run.args, time.time()
     if state.bc_done or steps == 0:
         return
@@ -1040,8 +1039,7 @@ def bc_warm_start(run, actor, optimizer, data, steps: int):
 
 
 def start_evaluation(run, evaluate_now):
-    """The policy the run starts learning from, evaluated once (kept across resumes); the warm start
-    is over then, and a checkpoint keeps it from being redone."""
+    """The start policy evaluated once (kept across resumes); the warm start is over then."""
     if run.state.start_eval is None:
         ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
         stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
@@ -1071,8 +1069,7 @@ def collect(run, play, n: int, iteration: int):
 
 
 def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: an evaluation every --eval-every, the trackers (x: episodes, offline:
-    iterations), the history, one line; a checkpoint every --checkpoint-every and after the last."""
+    """An iteration's end: evaluation, trackers, history, a line; a checkpoint every N."""
     args, state, x = run.args, run.state, run.state.episodes or iteration
     if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
         ev = evaluate_now()
@@ -1092,8 +1089,7 @@ def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
 
 
 def finish_run(run, final, greedy=None, start=None, **extra):
-    """summary.json (eval_* of the final evaluation, start_eval_* of the start's, `extra`), and the
-    last line: start → end, paired on the same episodes. Returns `final`."""
+    """summary.json and the last line: start → end, paired on the same episodes."""
     args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
@@ -1175,9 +1171,7 @@ def cli():
 
 
 def value_model(name: str, actor, tokenizer, dtype: str = "float32"):
-    """The value model V(s, a^{<i}) (archer.py's TokenBaseline: a causal-LM trunk + MLP head, one
-    scalar per position). 'actor': a copy of the actor's trunk (actor_trunk) with a fresh head;
-    otherwise load_baseline(name)."""
+    """V(s, a^{<i}): TokenBaseline on a copy of the actor's trunk ('actor'), else load_baseline."""
     if name != "actor":
         return load_baseline(name, tokenizer, dtype)
     return TokenBaseline(actor_trunk(actor).requires_grad_(True))
@@ -1193,9 +1187,7 @@ def actor_trunk(actor):
 
 @torch.no_grad()
 def start_from_actor(actor, ref, value, critic: str):
-    """After the BC warm start: the reference copy π_ref (None: none) and a value model on a copy
-    of the actor's trunk (--critic actor), both made from the initial actor before it, take the
-    post-BC actor's weights."""
+    """After BC: π_ref (if any) and an 'actor' value trunk take the post-BC actor's weights."""
     if ref is not None:
         ref.load_state_dict(actor.state_dict())
     if critic == "actor":

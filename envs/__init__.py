@@ -10,7 +10,8 @@
 ``envs.load_dataset(path)`` / ``envs.save_dataset(path, trajs)`` read and write JSON Lines datasets;
 ``envs.corpus(name, n)`` gives sample texts for training the tiny tokenizer;
 ``envs.run_episodes(name, seeds, act)`` plays a policy, ``envs.episode_stats`` sums episodes up and
-``envs.transitions`` cuts them into (s, a, r, s', d) (envs/rollout.py).
+``envs.transitions`` cuts them into (s, a, r, s', d) (envs/rollout.py); ``envs.chat_observation``
+makes an episode a conversation of token ids for an instruct model (envs/chat.py, ``--chat``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import importlib
 import random
 
 from . import guess_my_city, twenty_questions
+from .chat import PLAIN, ChatFormat, Prompt, chat_episodes, chat_observation, prompt_ids, reply
 from .core import HEADER, QuestionGame, VecEnv, mentions, normalize, parse_history
 from .dataset import FORMAT_VERSION, load_dataset, save_dataset
 from .llm_oracle import hf_oracle
@@ -170,6 +172,13 @@ def _make_corpus(name: str, n: int, seed: int) -> list[str]:
 
 
 __all__ = [
+    "PLAIN",
+    "ChatFormat",
+    "Prompt",
+    "chat_observation",
+    "chat_episodes",
+    "prompt_ids",
+    "reply",
     "collect_scripted",
     "summarize",
     "HEADER",

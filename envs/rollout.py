@@ -11,26 +11,29 @@ admissible now (``info["valid_actions"]``: ALFWorld, Overcooked, VirtualHome, Je
 sampled, or None) is kept in the step as ``"action_ids"``, so a loss can score exactly what was
 sampled. An env whose ``info`` has an
 ``"anchor"`` (a key of its state without the history: WebShop's page, ALFWorld's world) gets it
-recorded as the step's ``"anchor"``: the state the action was taken in (GiGPO's anchor state)."""
+recorded as the step's ``"anchor"``: the state the action was taken in (GiGPO's anchor state).
+With a ``chat`` format (the scripts' ``--chat``), each observation the policy sees and the step
+records is envs.chat_observation's: the episode as a conversation of token ids (envs/chat.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .chat import PLAIN, chat_observation
 from .dataset import FORMAT_VERSION
 
 
-def run_episodes(name: str, seeds, act, targets=None, progress=None, **options):
+def run_episodes(name: str, seeds, act, targets=None, progress=None, chat=PLAIN, **options):
     """Play one episode of env ``name`` per seed, in lockstep (episode i reset with ``seeds[i]`` and
     ``targets[i]`` if given; ``options`` go to ``envs.make``); ``progress(text)`` is called after
     every turn. Returns the trajectories in the dataset format, each step with its action_ids (and
-    its anchor where the env gives one)."""
+    its anchor where the env gives one), each observation chat_observation's in the ``chat``."""
     from . import make  # the package imports this module first
 
     games = [make(name, **options) for _ in seeds]
     opts = [None if targets is None else {"target": t} for t in targets or seeds]
     starts = [g.reset(seed=s, options=o) for g, s, o in zip(games, seeds, opts)]
-    obs, infos = [o for o, _ in starts], [i for _, i in starts]
+    obs, infos = [chat_observation(chat, None, o) for o, _ in starts], [i for _, i in starts]
     steps, active, n = [[] for _ in games], [True] * len(games), len(games)
     while any(active):
         live = [i for i in range(n) if active[i]]
@@ -41,7 +44,7 @@ def run_episodes(name: str, seeds, act, targets=None, progress=None, **options):
             done = terminated or truncated
             step = {"observation": obs[i], "action": a, "action_ids": x, "reward": r, "done": done}
             steps[i].append(step if anchor is None else step | {"anchor": anchor})
-            obs[i], active[i] = o, not done
+            obs[i], active[i] = chat_observation(chat, steps[i][-1], o), not done
         if progress is not None:
             progress(f"{n - sum(active)}/{n} episodes finished, turn {len(steps[live[0]])}")
     for g in games:

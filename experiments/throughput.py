@@ -219,7 +219,7 @@ def compare_decode(model_name, env, batch, repeats=3, max_new_tokens=32):
     torch.manual_seed(0)
     model, tok = fbc.load_actor(model_name, fbc.Args(env=env))
     model.eval()
-    stop_ids = fbc.newline_token_ids(tok)
+    stop_ids = fbc.stop_token_ids(tok)
     trajs = envs.collect_scripted(env, 200, seed=1)
     obs = [st["observation"] for t in trajs for st in t["steps"]][::7][:batch]
     pairs = [(o, []) for o, _ in fbc.tokenize_pairs(tok, obs, [""] * len(obs), 448)]

@@ -199,7 +199,7 @@ def test_beta_zero_is_pi_beta_and_the_cached_values_equal_full_forwards(model):
             p.add_(0.05 * torch.randn_like(p))
     args = ilql.Args(max_new_tokens=12)
     obs = ["Questions:\n", "Questions:\nIs it an animal? No.\n"]  # of different lengths
-    stops = ilql.newline_token_ids(tok)
+    stops = ilql.stop_token_ids(tok)
     torch.manual_seed(5)
     plain = ilql.generate_actions(lm, tok, obs, args, stops)
     torch.manual_seed(5)

@@ -230,7 +230,7 @@ def test_beta_zero_is_the_behaviour_policy_and_beta_tilts_it_by_exp_beta_p(tiny)
     behavior, likelihood, tok = tiny
     args = qsft.Args(max_new_tokens=12)
     obs = ["Questions:\n", "Questions:\nIs it an animal? No.\n"]
-    stops = qsft.newline_token_ids(tok)
+    stops = qsft.stop_token_ids(tok)
     torch.manual_seed(5)
     plain = qsft.generate_actions(behavior, tok, obs, args, stops)
     torch.manual_seed(5)
@@ -284,7 +284,7 @@ def test_grouped_state_logits_equal_one_padded_pass(tiny):
     obs = ["Questions:\n" + "Is it an animal? No.\n" * k for k in (5, 0, 2, 9, 1)]
     torch.manual_seed(3)
     args = qsft.Args(max_new_tokens=6)
-    _, ids, _ = qsft.generate_actions(model, tok, obs, args, qsft.newline_token_ids(tok))
+    _, ids, _ = qsft.generate_actions(model, tok, obs, args, qsft.stop_token_ids(tok))
     batch = qsft.pad_pairs(qsft.tokenize_pairs(tok, obs, None, 448, ids), tok.pad_token_id)
     assert len(set(batch[1].sum(-1).tolist())) == 5
 

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import envs
+
 SCRIPTS = ["archer", "archer_offline", "chai", "filtered_bc", "ppo_token", "gigpo"]
 ENV = "twenty_questions_subset"
 
@@ -57,7 +59,7 @@ def non_canonical_split(tok):
 def test_scored_ids_are_the_sampled_ids_stubbed_generate(script, tiny):
     mod = importlib.import_module(script)
     _, tok = tiny
-    stop_ids = mod.newline_token_ids(tok)
+    stop_ids = mod.stop_token_ids(tok)
     eos = tok.eos_token_id
     a = non_canonical_split(tok)  # A: non-canonical split, ends with the "\n" token
     b = tok("Is it a dog?", add_special_tokens=False)["input_ids"] + [eos]  # B: stopped on EOS
@@ -89,7 +91,7 @@ def test_scored_ids_are_the_sampled_ids_stubbed_generate(script, tiny):
 def test_utterance_stats_count_truncations_and_retokenisation(script, tiny):
     mod = importlib.import_module(script)
     _, tok = tiny
-    stop_ids = mod.newline_token_ids(tok)
+    stop_ids = mod.stop_token_ids(tok)
     a = non_canonical_split(tok)
     good = tok("Is it a dog?\n", add_special_tokens=False)["input_ids"]
     cut = tok("Is it a dog", add_special_tokens=False)["input_ids"]
@@ -106,7 +108,7 @@ def test_utterance_stats_count_truncations_and_retokenisation(script, tiny):
 def generation_matches_scoring(mod, model, tok, observations, max_new_tokens=24, seed=0):
     """Sample with generate (raw logits returned) and score the stored ids with the losses' code
     path."""
-    stop_ids = mod.newline_token_ids(tok)
+    stop_ids = mod.stop_token_ids(tok)
     torch.manual_seed(seed)
     settings = SimpleNamespace(
         max_new_tokens=max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, max_obs_tokens=512
@@ -163,12 +165,14 @@ def test_generation_logprobs_equal_scoring_logprobs_tiny(script, tiny):
 
 @pytest.mark.numerics
 def test_generation_logprobs_equal_scoring_logprobs_smollm2():
-    """SmolLM2's BPE has multi-newline tokens ("\\n\\n"): a stop on one is scored as that token."""
+    """SmolLM2's BPE has multi-newline tokens ("\\n\\n"): a stop on one is scored as that token
+    (plain text, --chat off; its chat template's turns: tests/test_chat.py)."""
     import archer
 
-    model, tok = archer.load_actor("smollm2-135m", archer.Args(env=ENV))
+    model, tok = archer.load_actor("smollm2-135m", archer.Args(env=ENV, chat="off"))
     model.eval()
-    stop_ids = set(archer.newline_token_ids(tok))
+    assert tok.chat_template is None and archer.chat_format(tok) == envs.PLAIN  # --chat off
+    stop_ids = set(archer.stop_token_ids(tok))
     double = tok("\n\n", add_special_tokens=False)["input_ids"]
     assert len(double) == 1 and double[0] in stop_ids  # a "\n\n" token exists and stops generation
     obs = ["Questions:\n", "Questions:\nIs it an animal? No.\n"]
