@@ -91,17 +91,21 @@ OTHERS, BELOW_MAIN, MAIN, LOOP_START = 950, 550, 200, 60
 # filtered_bc.py, qsft.py and ilql.py) was paid for by shared cuts (4-11 lines below main in every
 # script) and by qsft.py's and ilql.py's own (their reward-map tables, turn records, prints); the
 # last 30 (qsft.py) and 38 (ilql.py) lines of it were not: their ceilings rose by that much, until
-# issue 70's decision on which behaviours to drop. Lower these as scripts shrink.
+# issue 70's decision on which behaviours to drop. Issue 72 (--chat: chat_format, the chat lines of
+# load_actor, tokenize_pairs, stop_token_ids, run_episodes, warm_start_data; two Args fields) was
+# paid for inside these ceilings: plumbing docstrings and multi-line Args docstrings at one line
+# (DESIGN's density), and the ceilings were lowered to the sizes after it (2026-12-05). Lower these
+# as scripts shrink.
 CEILING = {
-    "archer.py": (1163, 712),
-    "archer_offline.py": (1043, 609),
-    "chai.py": (1093, 679),
-    "filtered_bc.py": (933, 648),
-    "gigpo.py": (1105, 657),
-    "ilql.py": (1068, 551),
-    "poad.py": (1236, 721),
-    "ppo_token.py": (1143, 716),
-    "qsft.py": (1117, 617),
+    "archer.py": (1160, 708),
+    "archer_offline.py": (1043, 607),
+    "chai.py": (1092, 675),
+    "filtered_bc.py": (932, 645),
+    "gigpo.py": (1104, 654),
+    "ilql.py": (1067, 551),
+    "poad.py": (1228, 714),
+    "ppo_token.py": (1139, 709),
+    "qsft.py": (1116, 614),
 }
 
 
