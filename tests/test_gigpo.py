@@ -274,6 +274,7 @@ def gen_args(**kw):
         top_k=0,
         top_p=1.0,
         max_obs_tokens=448,
+        system_prompt=None,
         micro_batch_size=4,
         clip_coef=0.2,
         kl_coef=0.01,

@@ -398,21 +398,28 @@ def test_help_documents_every_flag():
 @pytest.mark.parametrize("init", ["behavior", "actor"])
 def test_likelihood_init_after_the_warm_start(init, tmp_path, monkeypatch):
     """--likelihood-init behavior: once Eq. (2) has cloned π_φ, p_θ and p_θ̄ load its weights;
-    actor: they keep --actor's initial weights (π_φ's before the warm start). Read when π̂ is made,
-    before any Eq. (3) step."""
+    actor: they keep --actor's initial weights (π_φ's before the warm start). Read at the start's
+    evaluation, after the warm start and before any Eq. (3) step (π̂ holds the models themselves,
+    made before the run starts)."""
     seen, real_start_run, real_policy = {}, qsft.start_run, qsft.QSFTPolicy
+    real_start_evaluation = qsft.start_evaluation
 
     def start_run(args, acc, state, tokenizer, registered=()):
         seen["target_module"] = registered[0]  # p_θ̄
         return real_start_run(args, acc, state, tokenizer, registered)
 
     def policy(behavior, likelihood, beta):
-        models = dict(behavior=behavior, likelihood=likelihood, target=seen["target_module"])
-        seen.update({k: copy.deepcopy(m.state_dict()) for k, m in models.items()})
+        seen["modules"] = dict(behavior=behavior, likelihood=likelihood)
         return real_policy(behavior, likelihood, beta)
+
+    def start_evaluation(run, evaluate_now):
+        models = seen["modules"] | dict(target=seen["target_module"])
+        seen.update({k: copy.deepcopy(m.state_dict()) for k, m in models.items()})
+        return real_start_evaluation(run, evaluate_now)
 
     monkeypatch.setattr(qsft, "start_run", start_run)
     monkeypatch.setattr(qsft, "QSFTPolicy", policy)
+    monkeypatch.setattr(qsft, "start_evaluation", start_evaluation)
     qsft.main(small_args(tmp_path, likelihood_init=init, iterations=0, eval_episodes=1))
     torch.manual_seed(1)  # the seed's initial weights, as main's setup makes them
     initial = qsft.load_actor("tiny", qsft.Args())[0].state_dict()
