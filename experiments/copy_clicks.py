@@ -44,7 +44,9 @@ def click_copies(actor: str, name: str, episodes: int, greedy: bool = False):
     targets = [targets[i % len(targets)] for i in range(episodes)]
     torch.manual_seed(fb.EVAL_SEED)
     with torch.no_grad():
-        trajs, _ = fb.run_episodes(model.eval(), tok, args, episodes, fb.EVAL_SEED, greedy, targets)
+        trajs, _ = fb.run_episodes(
+            model.eval(), tok, args, range(fb.EVAL_SEED, fb.EVAL_SEED + episodes), greedy, targets
+        )
     stats = envs.episode_stats(trajs)
     return stats["return"], stats["return_se"], *valid_clicks(trajs)
 

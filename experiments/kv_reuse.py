@@ -52,7 +52,7 @@ def rollouts(model, tok, args, n, reuse):
     model.generate = counted
     t0 = time.perf_counter()
     if reuse:
-        trajs, _ = fbc.run_episodes(model, tok, args, n, 0)
+        trajs, _ = fbc.run_episodes(model, tok, args, range(n))
     else:
         chat = fbc.chat_format(tok, args.system_prompt)
         trajs = envs.run_episodes(

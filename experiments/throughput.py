@@ -76,7 +76,7 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20, device="cpu"):
         return out
 
     fbc.run_episodes(
-        model, tok, args, n, seed=10**6
+        model, tok, args, range(10**6, 10**6 + n)
     )  # warm-up batch (allocations, kernels, caches)
     n_tok = n_calls = total = bare = n_prompt = 0
     for r in range(
@@ -85,7 +85,7 @@ def measure_rollouts(model_name, env, n, repeats=3, max_turns=20, device="cpu"):
         calls.clear()
         model.generate = recording_generate
         t = time.perf_counter()
-        n_tok += fbc.run_episodes(model, tok, args, n, seed=r)[1]
+        n_tok += fbc.run_episodes(model, tok, args, range(r, r + n))[1]
         total += time.perf_counter() - t
         model.generate = generate
         t = time.perf_counter()

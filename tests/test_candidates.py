@@ -131,14 +131,14 @@ def test_actions_admissible_without_candidates_is_refused_before_the_run_is_writ
 
 
 def test_a_chooser_plays_listed_commands_and_a_plain_actor_writes_its_own(policies):
-    """The scripts' run_episodes: a Chooser (what --actions admissible builds) plays the env's
+    """The scripts' choose_episodes: a Chooser (what --actions admissible builds) plays the env's
     listed commands, each with the ids it was scored on; the actor itself generates free text."""
     import filtered_bc
 
     actor, _, tok = policies["filtered_bc"]
     args = filtered_bc.Args(env="alfworld_pick", max_turns=4)
-    chose, _ = filtered_bc.run_episodes(filtered_bc.Chooser(actor, args), tok, args, 2, seed=0)
-    wrote, _ = filtered_bc.run_episodes(actor, tok, args, 2, seed=0)
+    chose, _ = filtered_bc.choose_episodes(filtered_bc.Chooser(actor, args), tok, args, range(2))
+    wrote, _ = filtered_bc.run_episodes(actor, tok, args, range(2))
     env, listed = envs.make("alfworld_pick"), []
     for seed, traj in enumerate(chose):
         _, info = env.reset(seed=seed)

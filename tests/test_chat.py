@@ -95,7 +95,7 @@ def test_sampled_chat_episodes_are_token_in_token_out(smollm2):
     model.generate = recording
     try:
         torch.manual_seed(0)
-        trajs, _ = archer.run_episodes(model, tok, args, 6, seed=0)
+        trajs, _ = archer.run_episodes(model, tok, args, range(6))
     finally:
         del model.generate
     by_turn = [(e, k) for k in range(4) for e, t in enumerate(trajs) if k < len(t["steps"])]
@@ -287,15 +287,15 @@ def test_listed_commands_and_chai_and_gigpo_rollouts_are_conversations(smollm2):
     model, tok = smollm2
     chat = archer.chat_format(tok)
     args = filtered_bc.Args(env="alfworld_pick_small", max_turns=2, temperature=0.0)
-    (traj,), _ = filtered_bc.run_episodes(filtered_bc.Chooser(model, args), tok, args, 1, seed=0)
+    (traj,), _ = filtered_bc.choose_episodes(filtered_bc.Chooser(model, args), tok, args, [0])
     first, second = traj["steps"]
     assert first["action_ids"] == encode(tok, first["action"] + chat.end)  # as candidates score
     prompt = envs.prompt_ids(second["observation"], [], 0)
     assert prompt[: len(first["observation"].turns[0])] == first["observation"].turns[0]
     assert second["observation"].turns[1] == first["action_ids"]  # appended as scored
     args = gigpo.Args(env=ENV, max_turns=2, group_size=2, max_new_tokens=8)
-    trajs, _ = gigpo.run_groups(model, tok, args, 1, seed=0)
+    trajs, _ = gigpo.run_groups(model, tok, args, [0])
     critic, critic_tok = chai.load_critic("tiny", chai.Args(env=ENV))
     args = chai.Args(env=ENV, max_turns=2, k=2, max_new_tokens=8)
-    trajs += chai.run_episodes_chai(model, tok, critic.eval(), critic_tok, args, 1, seed=0)[0]
+    trajs += chai.run_episodes_chai(model, tok, critic.eval(), critic_tok, args, [0])[0]
     assert all(isinstance(s["observation"], envs.Prompt) for t in trajs for s in t["steps"])

@@ -2,6 +2,7 @@
 sampling seed), standard errors are the textbook ones, and evaluating between training steps does
 not change training."""
 
+import functools
 import importlib
 import json
 import math
@@ -23,10 +24,10 @@ def test_same_policy_same_number_and_training_rng_untouched(script, tiny):
     args = mod.Args(env=ENV, eval_episodes=12, max_new_tokens=8, max_turns=4, device="cpu")
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    first = mod.evaluate(model, tok, args)
+    first = mod.evaluate(functools.partial(mod.run_episodes, model, tok, args), args)
     assert torch.equal(torch.get_rng_state(), before)  # the training RNG is restored
     torch.manual_seed(999)  # whatever the training RNG is doing, the evaluation is the same
-    second = mod.evaluate(model, tok, args)
+    second = mod.evaluate(functools.partial(mod.run_episodes, model, tok, args), args)
     assert first["returns"] == second["returns"] and first["example"] == second["example"]
     assert len(first["returns"]) == 12 and set(first["per_target_success"]) <= set(
         mod.envs.make(ENV).targets

@@ -437,11 +437,11 @@ def test_groups_share_their_task_and_the_batch_scores_the_sampled_ids(tiny):
     model, tok = tiny
     args = gen_args()
     torch.manual_seed(1)
-    trajs, n_tok = gigpo.run_groups(model, tok, args, 4, seed=123)
+    trajs, n_tok = gigpo.run_groups(model, tok, args, range(123, 127))
     assert len(trajs) == 12
     for g in range(4):
         assert len({t["target"] for t in trajs[3 * g : 3 * g + 3]}) == 1
-    again = [u["target"] for u in gigpo.run_groups(model, tok, args, 4, seed=123)[0]]
+    again = [u["target"] for u in gigpo.run_groups(model, tok, args, range(123, 127))[0]]
     assert again == [t["target"] for t in trajs]  # the env seed fixes the task
     for i, t in enumerate(trajs):
         t["group"] = i // 3
@@ -478,7 +478,7 @@ def test_an_update_raises_the_sampled_ids_of_a_positive_step(tiny):
     model, tok = tiny
     args = gen_args(clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0)
     torch.manual_seed(2)
-    trajs, _ = gigpo.run_groups(model, tok, args, 1, seed=7)
+    trajs, _ = gigpo.run_groups(model, tok, args, [7])
     trajs[0]["group"] = 0
     for sign in (1.0, -1.0):
         actor = copy.deepcopy(model)
@@ -506,7 +506,7 @@ def test_micro_batches_never_change_the_gradient_of_either_average(tiny, ratio, 
 
     model, tok = tiny
     torch.manual_seed(3)
-    trajs, _ = gigpo.run_groups(model, tok, gen_args(), 2, seed=11)
+    trajs, _ = gigpo.run_groups(model, tok, gen_args(), [11, 12])
     for i, t in enumerate(trajs):
         t["group"] = i // 3
     adv = torch.linspace(-1.0, 1.0, sum(len(t["steps"]) for t in trajs))

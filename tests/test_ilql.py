@@ -6,6 +6,7 @@ moved only by Eq. 8.6; π_β trained by the BC term alone), the extracted policy
 networks' KV-cached V and Q̄ equal full forwards), smoke runs (save and reload, --resume, the Q-SFT
 paper's games, --help) and one short learning test."""
 
+import functools
 import json
 import os
 import subprocess
@@ -288,7 +289,8 @@ def test_smoke_save_reload_and_the_checkpoint(tmp_path):
     for net, saved in ((value, ckpt["models"][1]), (target, ckpt["custom"][0])):
         assert all(torch.equal(x, saved[k]) for k, x in net.state_dict().items())
     args = small_args(tmp_path, eval_episodes=4)
-    ev = ilql.evaluate(ilql.ILQLPolicy(lm, value, target, args.beta), tok, args)
+    policy = ilql.ILQLPolicy(lm, value, target, args.beta)
+    ev = ilql.evaluate(functools.partial(ilql.run_episodes, policy, tok, args), args)
     assert ev["returns"] == summary["eval_returns"]  # the same policy, the same episodes
     # a missing file or the networks of another architecture (here: LoRA) are one line
     with pytest.raises(SystemExit, match="--heads nothing.pt: no networks of this --actor"):

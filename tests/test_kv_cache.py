@@ -138,7 +138,7 @@ def test_sampled_rollouts_with_one_seed_are_the_same_episodes(tiny):
         return archer.generate_actions(model, tok, observations, args, stop_ids)[:2]
 
     torch.manual_seed(3)
-    cached, _ = archer.run_episodes(model, tok, args, 16, 0)
+    cached, _ = archer.run_episodes(model, tok, args, range(16))
     torch.manual_seed(3)
     plain = envs.run_episodes(ENV, range(16), act, None, None, max_turns=args.max_turns)
     ids = [[[s["action_ids"] for s in t["steps"]] for t in trajs] for trajs in (cached, plain)]
@@ -151,5 +151,5 @@ def test_a_model_that_keeps_no_cache_plays_uncached():
     args = archer.Args(env=ENV, gradient_checkpointing=True, max_new_tokens=8, max_turns=3)
     torch.manual_seed(0)
     model, tok = archer.load_actor("tiny", args)
-    trajs, n_tokens = archer.run_episodes(model.train(), tok, args, 4, 0)
+    trajs, n_tokens = archer.run_episodes(model.train(), tok, args, range(4))
     assert len(trajs) == 4 and all(len(t["steps"]) == 3 for t in trajs) and n_tokens > 0

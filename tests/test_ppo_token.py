@@ -497,7 +497,7 @@ def test_learning_return_rises_and_the_policy_moves_towards_higher_return(tmp_pa
 
     actor, tok = ppo.load_actor(actor_dir, ppo.Args())
     torch.manual_seed(0)
-    trajs, _ = ppo.run_episodes(actor.eval(), tok, args, 48, seed=4242)
+    trajs, _ = ppo.run_episodes(actor.eval(), tok, args, range(4242, 4242 + 48))
     mean_return = sum(t["return"] for t in trajs) / len(trajs)
     above = torch.tensor([t["return"] > mean_return for t in trajs for _ in t["steps"]])
     ref, value = copy.deepcopy(actor), ppo.value_model("actor", actor, tok)

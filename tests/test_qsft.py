@@ -6,6 +6,7 @@ LoRA on smollm2-135m, two processes) and learning tests against SFT on the same 
 Twenty Questions, the 20-secret Wordle)."""
 
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -85,12 +86,13 @@ def test_bellman_probability_targets_on_a_two_turn_token_episode():
     rewards = torch.tensor([0.0, 0.75])[[0, 0, 1, 1]]
     dones = torch.tensor([0.0, 1.0])[[0, 0, 1, 1]]
     last = torch.tensor([False, True, False, True])
-    w = qsft.bellman_probability_targets(ratio_next, ratio_after, rewards, dones, last, 0.9)
+    w, backup = qsft.bellman_probability_targets(ratio_next, ratio_after, rewards, dones, last, 0.9)
     # k0: inside turn 1, s' = k1's state: γ·0.8 = 0.72
     # k1: last of turn 1, r = 0, s' = turn 2's first state: 0 + 0.9·1.4 = 1.26 → clipped to 1
     # k2: inside turn 2: 0.9·0.6 = 0.54
     # k3: last token of the episode: terminal s', target = r = 0.75
     assert torch.allclose(w, torch.tensor([0.72, 1.0, 0.54, 0.75]))
+    assert torch.allclose(backup, torch.tensor([0.72, 1.26, 0.54, 0.75]))  # before the clip
 
 
 def test_unit_rewards_lie_in_the_unit_interval_and_are_monotone_in_the_return():
@@ -170,7 +172,7 @@ def train_tabular_qsft(nxt, reward, pi_b, gamma=0.9, rounds=5, steps=150):
         with torch.no_grad():
             ratio = qsft.max_probability_ratio(logits, pi_b_t.log(), 0.0)  # per state
             n = torch.tensor(nxt.flatten())
-            w = qsft.bellman_probability_targets(
+            w, _ = qsft.bellman_probability_targets(
                 torch.zeros(len(n), dtype=torch.float64),  # one token per action: no inside
                 torch.where(n >= 0, ratio[n.clamp(min=0)], 0.0),
                 torch.tensor(reward.flatten()),
@@ -352,7 +354,8 @@ def test_smoke_save_reload_and_the_checkpoint(tmp_path):
     beh, tok = qsft.load_actor(str(d / "behavior"), qsft.Args())
     lik_model, _ = qsft.load_actor(str(d / "likelihood"), qsft.Args())
     args = small_args(tmp_path, eval_episodes=2)
-    ev = qsft.evaluate(qsft.QSFTPolicy(beh.eval(), lik_model.eval(), args.beta), tok, args)
+    policy = qsft.QSFTPolicy(beh.eval(), lik_model.eval(), args.beta)
+    ev = qsft.evaluate(functools.partial(qsft.run_episodes, policy, tok, args), args)
     assert len(ev["returns"]) == 2
     # and as --behavior-policy / --actor of a new run (no Eq. 2 steps)
     qsft.main(
@@ -402,7 +405,7 @@ def test_likelihood_init_after_the_warm_start(init, tmp_path, monkeypatch):
     evaluation, after the warm start and before any Eq. (3) step (π̂ holds the models themselves,
     made before the run starts)."""
     seen, real_start_run, real_policy = {}, qsft.start_run, qsft.QSFTPolicy
-    real_start_evaluation = qsft.start_evaluation
+    real_evaluate_start = qsft.evaluate_start
 
     def start_run(args, acc, state, tokenizer, registered=()):
         seen["target_module"] = registered[0]  # p_θ̄
@@ -412,14 +415,14 @@ def test_likelihood_init_after_the_warm_start(init, tmp_path, monkeypatch):
         seen["modules"] = dict(behavior=behavior, likelihood=likelihood)
         return real_policy(behavior, likelihood, beta)
 
-    def start_evaluation(run, evaluate_now):
+    def evaluate_start(run, evaluate_now):
         models = seen["modules"] | dict(target=seen["target_module"])
         seen.update({k: copy.deepcopy(m.state_dict()) for k, m in models.items()})
-        return real_start_evaluation(run, evaluate_now)
+        return real_evaluate_start(run, evaluate_now)
 
     monkeypatch.setattr(qsft, "start_run", start_run)
     monkeypatch.setattr(qsft, "QSFTPolicy", policy)
-    monkeypatch.setattr(qsft, "start_evaluation", start_evaluation)
+    monkeypatch.setattr(qsft, "evaluate_start", evaluate_start)
     qsft.main(small_args(tmp_path, likelihood_init=init, iterations=0, eval_episodes=1))
     torch.manual_seed(1)  # the seed's initial weights, as main's setup makes them
     initial = qsft.load_actor("tiny", qsft.Args())[0].state_dict()

@@ -41,22 +41,26 @@ def test_same_name_means_same_source():
     assert not mismatches, "\n".join(mismatches)
 
 
+OWN = ("PAPER", "_", "RANGES", "AT_LEAST_ONE")  # each script's own: presets, check_args' spans
+
+
 def top_level_constants(path):
-    """{name: the source of every top-level assignment to it}, the preset tables (PAPER, its
-    source line and private _TABLES) left out: they are each script's own."""
+    """{name: the source of every top-level assignment to it}, each script's own constants (OWN:
+    the preset tables PAPER, their source line and private _TABLES; check_args' RANGES and
+    AT_LEAST_ONE, which name its own Args fields) left out."""
     source = open(path, encoding="utf-8").read()
     consts = {}
     for node in ast.parse(source).body:
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for name in [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]:
-                if not name.startswith(("PAPER", "_")) or name == "_last_progress":
+                if not name.startswith(OWN) or name == "_last_progress":
                     consts.setdefault(name, []).append(ast.get_source_segment(source, node))
     return consts
 
 
 def test_shared_constants_are_identical():
-    """The plumbing's constants (EVAL_SEED, RESUMABLE, RANGES, PACKAGED, ...) are copies too."""
+    """The plumbing's constants (EVAL_SEED, RESUMABLE, PACKAGED, ...) are copies too."""
     consts = {os.path.basename(p): top_level_constants(p) for p in SCRIPTS}
     names = sorted({n for c in consts.values() for n in c})
     mismatches = []
@@ -82,3 +86,35 @@ def test_scripts_import_nothing_from_each_other():
             assert not set(names) & modules, (
                 f"{os.path.basename(path)} imports another top-level script: {names}"
             )
+
+
+def test_a_copy_carries_only_what_its_script_uses():
+    """The shared plumbing is the common core: every top-level function, class and constant of a
+    script is used in that script (a feature one script needs lives in that script, under its own
+    name), and check_args' RANGES and AT_LEAST_ONE name only the script's own Args fields."""
+    import importlib
+    from dataclasses import fields
+
+    unused, foreign = [], []
+    for path in SCRIPTS:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        defined = []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        loaded = {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        script = os.path.basename(path)
+        unused += [
+            f"{script}: {name}" for name in dict.fromkeys(defined) if name not in loaded | {"cli"}
+        ]
+        module = importlib.import_module(script[:-3])
+        own = {f.name for f in fields(module.Args)}
+        named = set(module.RANGES) | set(module.AT_LEAST_ONE)
+        foreign += [f"{script}: {name}" for name in sorted(named - own)]
+    assert not unused, "defined but not used in the script: " + ", ".join(unused)
+    assert not foreign, "check_args names fields its Args does not have: " + ", ".join(foreign)
