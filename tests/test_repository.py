@@ -204,10 +204,12 @@ def default_runs():
     {script: [(minutes, paired gain ± s.e., the gain, gain / s.e.)]}."""
     import re
 
+    # a gain cell: +5.60 ± 0.71 (7.8 s.e.)
+    cell = re.compile(r"([+-]\d+\.\d+) ± (\d+\.\d+) \((\d+\.\d+) s\.e\.\)")
     runs = {}
     for r in table("benchmark/results/defaults.md", "script", "seed", "minutes"):
         if r[1] == "1":
-            gain, se, ratio = re.fullmatch(r"([+-]\d+\.\d+) ± (\d+\.\d+) \((\d+\.\d+) s\.e\.\)", r[4]).groups()
+            gain, se, ratio = cell.fullmatch(r[4]).groups()
             runs.setdefault(r[0], []).append((r[2], f"{gain} ± {se}", gain, ratio))
     return runs
 
