@@ -383,7 +383,7 @@ def test_corpus_covers_the_pages():
 
 @pytest.mark.slow  # ~1 hour at one torch thread: the SFT start is copy pretraining, then BC
 def test_learning_qsft_beats_the_sft_of_the_suboptimal_data(tmp_path, one_torch_thread):
-    """Q-SFT Table 2 in miniature (docs/envs.md, "From the SFT of the sub-optimal data"; issue 55):
+    """Q-SFT Table 2 in miniature (docs/benchmark.md, "WebShop"; issue 55):
     a rotary tiny actor with the words split, copy-pretrained 2,500 steps (benchmark/
     tokenizer_copy.py), then BC on 3,000 sub-optimal episodes, 2,000 steps × 16: the SFT policy.
     Q-SFT from it (π_φ = the SFT actor, 10 × 20 steps) beats it on the 100 evaluation goals,
