@@ -297,14 +297,14 @@ def fresh_samples_and_advantages(
     A(s,a) from `critic` (Eqs. 3–5; the online one unless --advantage-critic target), the
     critic's action input laid out as --critic-input says (archer_offline.py's
     fresh_actions_and_advantages without that choice).
-    Returns (texts, ids, A)."""
+    Returns the (observation, sampled action) id pairs (tokenize_pairs) and A."""
     acts, ids, _ = generate_actions(actor, tokenizer, states, args, stop_ids)
     act_texts = critic_action_texts(states, acts, args.critic_input == "joint")
     with torch.no_grad():
         s = critic_inputs(critic_tok, states, args.critic_max_tokens, device)
         a = critic_inputs(critic_tok, act_texts, args.critic_max_tokens, device)
         adv = advantage(*critic(*s, *a))
-    return acts, ids, adv
+    return tokenize_pairs(tokenizer, states, acts, args.max_obs_tokens, ids), adv
 
 
 def main(args: Args):
@@ -407,10 +407,9 @@ def main(args: Args):
             for step in range(1, n_steps + 1):
                 progress(f"iter {iteration}: baseline step {step}/{n_steps}")
                 states = [t["obs"] for t in draw(buffer, args.batch_size, batch_rng, acc)]
-                acts, ids, adv = fresh_samples_and_advantages(
+                pairs, adv = fresh_samples_and_advantages(
                     raw_actor, adv_critic, tokenizer, critic_tok, states, args, stop_ids, dev
                 )
-                pairs = tokenize_pairs(tokenizer, states, acts, args.max_obs_tokens, ids)
                 baseline_opt.zero_grad(set_to_none=True)
                 for mb, share in micro_batches(range(len(pairs)), args.micro_batch_size, acc):
                     batch = pad_pairs([pairs[i] for i in mb], tokenizer.pad_token_id, "right", dev)
@@ -429,10 +428,9 @@ def main(args: Args):
             for step in range(1, n_steps + 1):
                 progress(f"iter {iteration}: actor step {step}/{n_steps}")
                 states = [t["obs"] for t in draw(buffer, args.batch_size, batch_rng, acc)]
-                acts, ids, adv = fresh_samples_and_advantages(
+                pairs, adv = fresh_samples_and_advantages(
                     raw_actor, adv_critic, tokenizer, critic_tok, states, args, stop_ids, dev
                 )
-                pairs = tokenize_pairs(tokenizer, states, acts, args.max_obs_tokens, ids)
                 actor_opt.zero_grad(set_to_none=True)
                 metrics["values/advantage"] += adv.mean().item() / n_steps
                 for mb, share in micro_batches(range(len(pairs)), args.micro_batch_size, acc):

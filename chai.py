@@ -150,6 +150,7 @@ class Args:
 # check_args: int flags that must be ≥ 1 (besides *_size, *_tokens); floats' spans if not [0, inf)
 AT_LEAST_ONE = ("rollouts_per_iter", "k", "eval_episodes")
 RANGES = dict(top_p="(0, 1]", gamma="[0, 1]", tau="(0, 1]")
+RANGES["temperature"] = "(0, inf)"  # sampled: greedy, the k candidates would be one
 
 
 # ALGO LOGIC: the critic, CHAI's acting rule and its losses (docs/equations.md §1, §3)
@@ -289,10 +290,6 @@ def run_episodes_chai(actor, tokenizer, scorer, critic_tok, args, seeds, targets
 
 def main(args: Args):
     acc = setup(args)  # check_args, the device, seeds (docs/usage.md "Code layout")
-    if args.temperature <= 0:
-        raise SystemExit(
-            "--temperature must be > 0 for CHAI: greedy k candidates would be identical"
-        )
     dev = acc.device
 
     # Models: the actor π (trained only by the BC warm start, then frozen), critic {Q_θ1,2, V_ψ1,2}

@@ -228,6 +228,14 @@ def choose_episodes(chooser, tokenizer, args, seeds, greedy: bool = False, targe
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 
+def rollouts(model, tokenizer, args):
+    """play(seeds): `model` writing its commands (run_episodes), or with --actions admissible (auto:
+    on ALFWorld) choosing one of the listed ones (choose_episodes)."""
+    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
+        return functools.partial(choose_episodes, Chooser(model, args), tokenizer, args)
+    return functools.partial(run_episodes, model, tokenizer, args)
+
+
 def main(args: Args):
     acc = setup(args)  # check_args, the device, seeds (docs/usage.md "Code layout")
 
@@ -237,9 +245,7 @@ def main(args: Args):
     optimizer = torch.optim.AdamW(trainable, lr=args.offline_lr)
     actor, optimizer = acc.prepare(actor, optimizer)
     raw_actor = acc.unwrap_model(actor)
-    play = functools.partial(run_episodes, raw_actor, tokenizer, args)  # rollouts: play(seeds)
-    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
-        play = functools.partial(choose_episodes, Chooser(raw_actor, args), tokenizer, args)
+    play = rollouts(raw_actor, tokenizer, args)  # play(seeds): writing, or choosing (--actions)
     stop_ids = stop_token_ids(tokenizer)
     fill = args.buffer_init and args.iterations > 0 and (args.dataset or args.scripted_episodes)
     data = warm_start_data(args, tokenizer) if args.offline_steps > 0 or fill else []  # BC, buffer

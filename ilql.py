@@ -392,6 +392,14 @@ def choose_episodes(chooser, tokenizer, args, seeds, greedy: bool = False, targe
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 
+def rollouts(model, tokenizer, args):
+    """play(seeds): `model` writing its commands (run_episodes), or with --actions admissible (auto:
+    on ALFWorld) choosing one of the listed ones (choose_episodes)."""
+    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
+        return functools.partial(choose_episodes, Chooser(model, args), tokenizer, args)
+    return functools.partial(run_episodes, model, tokenizer, args)
+
+
 def save_heads(value, target, path: str):
     """The value and target networks (trunks and heads) into path.tmp, renamed to path."""
     torch.save({"value": value.state_dict(), "target": target.state_dict()}, path + ".tmp")
@@ -428,15 +436,9 @@ def main(args: Args):
     target.to(dev)
     raw_behavior = acc.unwrap_model(behavior)
     raw = acc.unwrap_model(value)
-
-    def rollouts(model):  # play(seeds): the model writing its commands, or choosing listed ones
-        auto = args.actions == "auto" and args.env.startswith("alfworld")  # ALFWorld's default
-        if args.actions == "admissible" or auto:
-            return functools.partial(choose_episodes, Chooser(model, args), tokenizer, args)
-        return functools.partial(run_episodes, model, tokenizer, args)
-
-    play = rollouts(ILQLPolicy(raw_behavior, raw, target, args.beta, args.adv_clip))  # π (Eq. 8.7)
-    play_behavior = rollouts(raw_behavior)  # π_β alone, evaluated at the end
+    policy = ILQLPolicy(raw_behavior, raw, target, args.beta, args.adv_clip)  # π (Eq. 8.7)
+    play = rollouts(policy, tokenizer, args)  # play(seeds): writing, or choosing (--actions)
+    play_behavior = rollouts(raw_behavior, tokenizer, args)  # π_β alone, evaluated at the end
 
     # The offline data (every process holds all of it) as turns of the token MDP, the env's rewards
     data = warm_start_data(args, tokenizer)
@@ -489,14 +491,10 @@ def main(args: Args):
                     live = [i for i, t in enumerate(mb) if t["next_obs"] is not None]
                     if live:
                         next_obs = [mb[i]["next_obs"] for i in live]
-                        no_actions = [[]] * len(live)
-                        nxt = tokenize_pairs(
-                            tokenizer, next_obs, no_actions, args.max_obs_tokens, no_actions
-                        )
-                        nxt = pad_pairs(nxt, tokenizer.pad_token_id, "right", dev)
-                        v_after[live] = last_state_values(
-                            raw, nxt.input_ids, nxt.attention_mask, nxt.position_ids
-                        )
+                        next_ids = observation_ids(tokenizer, next_obs, args.max_obs_tokens)
+                        states = [(o, []) for o in next_ids]  # a state alone, no action
+                        nxt = pad_pairs(states, tokenizer.pad_token_id, "right", dev)
+                        v_after[live] = last_state_values(raw, *nxt[:3])  # ids, mask, positions
                     r = torch.tensor([t["reward"] for t in mb], device=dev)
                     d = torch.tensor([t["done"] for t in mb], device=dev)
                     y = td_targets(v_next, v_after[turn], r[turn], d[turn], last, args.gamma)

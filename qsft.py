@@ -345,6 +345,14 @@ def choose_episodes(chooser, tokenizer, args, seeds, greedy: bool = False, targe
     return trajs, sum(len(s["action_ids"]) for t in trajs for s in t["steps"])
 
 
+def rollouts(model, tokenizer, args):
+    """play(seeds): `model` writing its commands (run_episodes), or with --actions admissible (auto:
+    on ALFWorld) choosing one of the listed ones (choose_episodes)."""
+    if args.actions == "admissible" or (args.actions == "auto" and args.env.startswith("alfworld")):
+        return functools.partial(choose_episodes, Chooser(model, args), tokenizer, args)
+    return functools.partial(run_episodes, model, tokenizer, args)
+
+
 def action_state_logits(model, input_ids, attention_mask, position_ids, action_mask, rows=16):
     """The logits at the state of every action token (the position before it), flattened over the
     batch in order: [action tokens, V]. Right-padded rows run `rows` at a time, shortest first,
@@ -415,13 +423,7 @@ def main(args: Args):
     target.to(dev)
     raw_behavior = acc.unwrap_model(behavior)
     raw_likelihood = acc.unwrap_model(likelihood)
-
-    def rollouts(model):  # play(seeds): the model writing its commands, or choosing listed ones
-        if args.actions == "admissible" or (args.actions == "auto" and args.env in ALFWORLD):
-            return functools.partial(choose_episodes, Chooser(model, args), tokenizer, args)
-        return functools.partial(run_episodes, model, tokenizer, args)
-
-    play = rollouts(QSFTPolicy(raw_behavior, raw_likelihood, args.beta))  # π̂ (Alg. 1)
+    play = rollouts(QSFTPolicy(raw_behavior, raw_likelihood, args.beta), tokenizer, args)  # π̂
 
     # The offline data (every process holds all of it) as turns, rewards mapped into [0, 1]
     data = warm_start_data(args, tokenizer)
@@ -452,7 +454,7 @@ def main(args: Args):
     raw_behavior.requires_grad_(False).eval()
     evaluate_now = functools.partial(evaluate, play, args)
     # the start's evaluation: π_φ alone (the SFT policy), not π̂
-    evaluate_start(run, functools.partial(evaluate, rollouts(raw_behavior), args))
+    evaluate_start(run, functools.partial(evaluate, rollouts(raw_behavior, tokenizer, args), args))
 
     # ALGO LOGIC: Eq. (3), the likelihood model p_θ by weighted cross-entropy (Alg. 1, 6–10)
     for iteration in range(state.iteration + 1, args.iterations + 1):
@@ -491,12 +493,10 @@ def main(args: Args):
                     live = [i for i, t in enumerate(mb) if t["next_obs"] is not None]
                     if live:
                         next_obs = [mb[i]["next_obs"] for i in live]
-                        no_actions = [[]] * len(live)
-                        next_pairs = tokenize_pairs(
-                            tokenizer, next_obs, no_actions, args.max_obs_tokens, no_actions
-                        )
-                        nxt = pad_pairs(next_pairs, tokenizer.pad_token_id, "right", dev)
-                        next_states = (nxt.input_ids, nxt.attention_mask, nxt.position_ids)
+                        next_ids = observation_ids(tokenizer, next_obs, args.max_obs_tokens)
+                        states = [(o, []) for o in next_ids]  # a state alone, no action
+                        nxt = pad_pairs(states, tokenizer.pad_token_id, "right", dev)
+                        next_states = nxt[:3]  # ids, mask, positions
                         target_logits = last_state_logits(target, *next_states)
                         behavior_logits = last_state_logits(raw_behavior, *next_states)
                         ratio_after[live] = max_probability_ratio(

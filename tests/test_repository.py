@@ -82,34 +82,26 @@ def test_every_script_has_a_fast_learning_test():
 
 
 # --- the budget (docs/usage.md "Code layout"; DESIGN: "Budget") ------------------------------
-TARGET = {"archer.py": 1000, "poad.py": 1000}  # lines in all (issue 70); every other script: 950
-OTHERS, BELOW_MAIN, MAIN, LOOP_START = 950, 550, 200, 60
-# The targets for lines in all and below main are not met (issue 70 reports why): the shared
-# plumbing a script carries is 550-720 lines, written without golf (docs/usage.md "Code layout").
-# Until they are, no script may grow: (lines in all, lines below main) as of 2026-12-02 evening.
-# Issue 71 (--actions admissible: candidate_logprobs, Chooser, the policies' forward; ~64 lines in
-# filtered_bc.py, qsft.py and ilql.py) was paid for by shared cuts (4-11 lines below main in every
-# script) and by qsft.py's and ilql.py's own (their reward-map tables, turn records, prints); the
-# last 30 (qsft.py) and 38 (ilql.py) lines of it were not: their ceilings rose by that much, until
-# issue 70's decision on which behaviours to drop. Issue 72 (--chat: chat_format, the chat lines of
-# load_actor, tokenize_pairs, stop_token_ids, run_episodes, warm_start_data; two Args fields) was
-# paid for inside these ceilings: plumbing docstrings and multi-line Args docstrings at one line
-# (DESIGN's density), and the ceilings were lowered to the sizes after it (2026-12-05). Issue 83 (KV
-# reuse across turns: generate_actions' cache, cached_keys_values, keys_values_of; 40 lines below
-# main in every script) was not paid for: no plumbing line left to cut without dropping a check or
-# a behaviour; the ceilings rose by 40 (2026-12-07). Issue 81 (gigpo.py's --step-credit graph:
-# goal_distances, graph_step_returns, three Args fields, the switch; ~45 lines) paid 14 inside
-# gigpo.py, not the other 31: its ceiling rose by that much. Lower these as scripts shrink.
+MAIN, LOOP_START = 200, 60  # main's lines at most, and where its training loop starts at the latest
+# No script grows: (lines in all, lines below main), its ceiling. The totals are not targets any
+# more (issue 82); a change that needs lines makes something else shorter. Raised, not paid for:
+# issue 83's KV reuse (40 below main in every script) and issue 81's GraphGPO (31 in gigpo.py),
+# 2026-12-07; then issue 82's common core (run_episodes without the Chooser, whose scripts play
+# through rollouts/choose_episodes; evaluate(play); main's own 'if eval_due' / 'if
+# checkpoint_due' and its once-only warm start; one value per line; observation_ids; per-script
+# RANGES; Q-SFT's own checks): +11 to +48 a script after its cuts (CHAI's evaluate_chai and
+# GiGPO's run_groups body gone, Q-SFT's re-derived backup, the state-alone round trips),
+# 2026-12-07. Lower these as scripts shrink.
 CEILING = {
-    "archer.py": (1200, 748),
-    "archer_offline.py": (1083, 647),
-    "chai.py": (1132, 715),
-    "filtered_bc.py": (972, 685),
-    "gigpo.py": (1175, 694),
-    "ilql.py": (1107, 591),
-    "poad.py": (1268, 754),
-    "ppo_token.py": (1179, 749),
-    "qsft.py": (1156, 654),
+    "archer.py": (1227, 759),
+    "archer_offline.py": (1109, 659),
+    "chai.py": (1143, 725),
+    "filtered_bc.py": (1003, 685),
+    "gigpo.py": (1187, 703),
+    "ilql.py": (1147, 606),
+    "poad.py": (1292, 764),
+    "ppo_token.py": (1203, 759),
+    "qsft.py": (1204, 664),
 }
 
 
@@ -140,13 +132,13 @@ def anatomy(script):
 
 def budget_table():
     """The markdown table docs/usage.md shows (`python tests/test_repository.py` prints it)."""
-    header = "| script | lines (ceiling; target) | Args fields | algorithm | main (set-up / loop / "
-    header += f"after) | below main (ceiling; target {BELOW_MAIN}) |"
+    header = "| script | lines (ceiling) | Args fields | algorithm | main (set-up / loop / after) "
+    header += "| below main (ceiling) |"
     rows = [header, "|---|---|---|---|---|---|"]
     for script in ALGORITHM_FILES:
         a, (lines, below) = anatomy(script), CEILING[script]
         rows.append(
-            f"| {script} | {a['lines']:,} ({lines:,}; {TARGET.get(script, OTHERS):,}) | "
+            f"| {script} | {a['lines']:,} ({lines:,}) | "
             f"{a['fields']} | {a['algorithm']} | {a['main']} ({a['setup']} / {a['loop']} / "
             f"{a['after']}) | {a['below']} ({below}) |"
         )
@@ -155,15 +147,13 @@ def budget_table():
 
 def test_every_script_keeps_its_line_budget():
     """DESIGN "Budget": main reads as the training loop (at most 200 lines, the loop starting within
-    its first 60), and a script stays within its line budget: the target (950 lines, archer and
-    poad 1,000; 550 below main: the shared plumbing, presets, the CLI) or, while that is not met,
-    its ceiling (CEILING: no script grows)."""
+    its first 60), and no script grows past its ceiling (CEILING: in all, and below main)."""
     over = []
     for script in ALGORITHM_FILES:
         a, (lines, below) = anatomy(script), CEILING[script]
         checks = [
-            (a["lines"], max(TARGET.get(script, OTHERS), lines), "lines"),
-            (a["below"], max(BELOW_MAIN, below), "lines below main"),
+            (a["lines"], lines, "lines"),
+            (a["below"], below, "lines below main"),
             (a["main"], MAIN, "lines of main"),
             (a["setup"], LOOP_START, "lines before main's training loop"),
         ]
