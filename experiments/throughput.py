@@ -18,9 +18,9 @@ are benchmark/timing.py's.
    environments. Around it we record every `generate` call (its input ids, attention mask, a copy
    of the cached keys/values it was given and how many columns it generated) and the time spent
    inside it; then the same calls are replayed as bare `generate` calls from the same cache,
-   forced to the same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates count the same
-   tokens (non-pad tokens the rollout generated), so their ratio is the overhead of env stepping,
-   tokenisation and bookkeeping. The fraction of the arithmetic limit: the model's useful FLOPs
+   forced to the same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates
+   count the same tokens (non-pad tokens the rollout generated), so their ratio is the overhead of
+   env stepping, tokenisation and bookkeeping. The fraction of the arithmetic limit: the model's useful FLOPs
    (2 × its matrix weights per prompt or generated token, no padding; model_flops) per second of
    rollout, over the FLOP/s a plain matmul of the model's MLP size reaches in the same process
    (matmul_flops_per_s): how far the rollout path is from what the cores can multiply. Models: the
