@@ -20,9 +20,9 @@ are benchmark/timing.py's.
    inside it; then the same calls are replayed as bare `generate` calls from the same cache,
    forced to the same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates
    count the same tokens (non-pad tokens the rollout generated), so their ratio is the overhead of
-   env stepping, tokenisation and bookkeeping. The fraction of the arithmetic limit: the model's useful FLOPs
-   (2 × its matrix weights per prompt or generated token, no padding; model_flops) per second of
-   rollout, over the FLOP/s a plain matmul of the model's MLP size reaches in the same process
+   env stepping, tokenisation and bookkeeping. The fraction of the arithmetic limit: the model's
+   useful FLOPs (2 × its matrix weights per prompt or generated token, no padding; model_flops) per
+   second of rollout, over the FLOP/s a plain matmul of the model's MLP size reaches in the same process
    (matmul_flops_per_s): how far the rollout path is from what the cores can multiply. Models: the
    BC actor of benchmark/online.py (or the untrained tiny actor) and, if installed, smollm2-135m (a
    real 135M-parameter LM; 8 episodes of 5 turns). Rollout batches and their bare replays
