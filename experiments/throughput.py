@@ -15,19 +15,19 @@ are benchmark/timing.py's.
 1. Rollouts. `run_episodes` (identical in every online script; filtered_bc.py's copy is used) plays
    a batch of episodes: per turn it tokenises the live observations, left-pads them, reads what it
    can off the rollout's KV cache, calls `generate`, decodes and cuts the utterances, and steps the
-   environments. Around it we record every `generate` call (its input ids, attention mask, a copy
-   of the cached keys/values it was given and how many columns it generated) and the time spent
-   inside it; then the same calls are replayed as bare `generate` calls from the same cache,
-   forced to the same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates
-   count the same tokens (non-pad tokens the rollout generated), so their ratio is the overhead of
-   env stepping, tokenisation and bookkeeping. The fraction of the arithmetic limit: the model's
-   useful FLOPs (2 × its matrix weights per prompt or generated token, no padding; model_flops) per
-   second of rollout, over the FLOP/s a plain matmul of the model's MLP size reaches in the same process
+   environments. Around it we record every `generate` call (its input ids, attention mask, a copy of
+   the cached keys/values it was given and how many columns it generated) and the time spent inside
+   it; then the same calls are replayed as bare `generate` calls from the same cache, forced to the
+   same lengths (min_new_tokens = max_new_tokens = the recorded count). Both rates count the same
+   tokens (non-pad tokens the rollout generated), so their ratio is the overhead of env stepping,
+   tokenisation and bookkeeping. The fraction of the arithmetic limit: the model's useful FLOPs (2 ×
+   its matrix weights per prompt or generated token, no padding; model_flops) per second of rollout,
+   over the FLOP/s a plain matmul of the model's MLP size reaches in the same process
    (matmul_flops_per_s): how far the rollout path is from what the cores can multiply. Models: the
    BC actor of benchmark/online.py (or the untrained tiny actor) and, if installed, smollm2-135m (a
-   real 135M-parameter LM; 8 episodes of 5 turns). Rollout batches and their bare replays
-   alternate, so drift in the machine's speed hits both alike. Written to
-   <out>/throughput/throughput.json, which benchmark/report.py reads.
+   real 135M-parameter LM; 8 episodes of 5 turns). Rollout batches and their bare replays alternate,
+   so drift in the machine's speed hits both alike. Written to <out>/throughput/throughput.json,
+   which benchmark/report.py reads.
 2. Iterations: benchmark/timing.py (seconds per iteration, each script through its command line).
 3. Row groups (--compare-row-groups): compare_row_groups, the A/B behind Critic.encode's
    length-sorted row groups (archer.py, chai.py, archer_offline.py). The actor's row groups in
