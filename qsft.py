@@ -444,7 +444,7 @@ def main(args: Args):
     # p_θ and p_θ̄ start from it (--likelihood-init behavior); then π_φ is frozen
     # (once: a resumed run has the three in its checkpoint)
     if not state.bc_done:
-        bc_warm_start(run, behavior, bc_opt, data, bc_steps, args.batch_size)
+        bc_warm_start(run, behavior, bc_opt, data, bc_steps, args.bc_batch_size)
         if bc_steps and args.likelihood_init == "behavior":
             raw_likelihood.load_state_dict(raw_behavior.state_dict())
             target.load_state_dict(raw_behavior.state_dict())

@@ -118,3 +118,25 @@ def test_a_copy_carries_only_what_its_script_uses():
         foreign += [f"{script}: {name}" for name in sorted(named - own)]
     assert not unused, "defined but not used in the script: " + ", ".join(unused)
     assert not foreign, "check_args names fields its Args does not have: " + ", ".join(foreign)
+
+
+def test_every_args_field_is_read_by_its_script():
+    """A flag a script declares is one it reads: `args.<field>` (or the name as a keyword or a
+    string, as presets and RESUMABLE name fields) outside its Args class. A copy that reads
+    another field in its place (e.g. batch_size for bc_batch_size) leaves the flag doing nothing."""
+    import importlib
+    import re
+    from dataclasses import fields
+
+    unread = []
+    for path in SCRIPTS:
+        source = open(path, encoding="utf-8").read()
+        args = next(n for n in ast.parse(source).body if getattr(n, "name", None) == "Args")
+        lines = source.splitlines()
+        rest = "\n".join(lines[: args.lineno - 1] + lines[args.end_lineno :])
+        module = importlib.import_module(os.path.basename(path)[:-3])
+        for f in fields(module.Args):
+            pattern = rf"\bargs\.{f.name}\b|\b{f.name}=|[\"']{f.name}[\"']"
+            if not re.search(pattern, rest):
+                unread.append(f"{os.path.basename(path)}: --{f.name.replace('_', '-')}")
+    assert not unread, "flags no code reads: " + ", ".join(unread)
