@@ -123,12 +123,25 @@ def check_packed(model, tok, episode, max_obs_tokens: int):
     return float((one - per_pair).abs().max()), len(pairs)
 
 
+def evaluate(model, tok, args, greedy: bool):
+    """filtered_bc's evaluate, under either signature: (model, tokenizer, args, greedy) before the
+    plumbing's refactor, (play, args) after it (play: run_episodes with the model, greedy set)."""
+    import functools
+    import inspect
+
+    if "play" in inspect.signature(fbc.evaluate).parameters:
+        play = functools.partial(fbc.run_episodes, model, tok, args, greedy=greedy)
+        return fbc.evaluate(play, args)
+    return fbc.evaluate(model, tok, args, greedy=greedy)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoints", type=int, nargs="+", default=[0, 60, 200, 400],
                    help="in steps of --batch-size pairs (packed: pairs seen / batch size)")
     p.add_argument("--eval-at", type=int, nargs="*", default=None,
                    help="checkpoints with the rollout evaluation (default: all)")
+    p.add_argument("--eval-modes", nargs="+", default=["greedy", "sampled"])
     p.add_argument("--bc-step", action="store_true",
                    help="train with the scripts' bc_step (--batch-size random pairs a step); "
                    "default: packed, 2 whole episodes a step (same per-pair objective)")
@@ -202,9 +215,10 @@ def main():
         row = dict(steps=target, pairs=pairs_seen, nll=nll, se=se, eot=eot)
         row |= dict(nll_s=time.perf_counter() - t0, train_s=train_s)
         if not cli.no_eval and (cli.eval_at is None or target in cli.eval_at):
-            for mode, greedy in (("greedy", True), ("sampled", False)):
+            for mode in cli.eval_modes:
+                greedy = mode == "greedy"
                 t0 = time.perf_counter()
-                ev = fbc.evaluate(model, tok, args, greedy=greedy)
+                ev = evaluate(model, tok, args, greedy)
                 row |= {f"{mode}_success": ev["success_rate"], f"{mode}_return": ev["return"]}
                 row |= {f"{mode}_return_se": ev["return_se"], f"{mode}_s": time.perf_counter() - t0}
                 print(f"  {mode}: {ev['example']['steps'][0]['action']!r} ...", flush=True)
@@ -225,6 +239,7 @@ def write(cli, head, n_train, rows):
         g = s = "–"
         if "greedy_success" in r:
             g = f"{r['greedy_success']:.2f} ({r['greedy_return']:+.2f})"
+        if "sampled_success" in r:
             s = f"{r['sampled_success']:.2f} ({r['sampled_return']:+.2f} ± "
             s += f"{r['sampled_return_se']:.2f})"
         lines.append(
