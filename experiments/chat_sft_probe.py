@@ -18,7 +18,6 @@ A probe of the scripts' internals (it imports filtered_bc.py), so it lives in ex
 table goes to --out (benchmark/results/chat_sft.md; a run appends its block)."""
 
 import argparse
-import dataclasses
 import os
 import platform
 import random
@@ -95,8 +94,9 @@ def packed_step(model, tok, optimizer, episodes, max_obs_tokens: int, max_grad_n
             act[a:b] = [True] * (b - a)
         batch = fbc.pad_pairs([(full, [])], tok.pad_token_id, "right")
         mask = torch.tensor([act])
-        logp, _ = fbc.action_token_logprobs(model, batch.input_ids, batch.attention_mask,
-                                            batch.position_ids, mask)
+        logp, _ = fbc.action_token_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.position_ids, mask
+        )
         loss = -logp.sum() / n_pairs
         loss.backward()
         total += loss.item()
@@ -110,16 +110,18 @@ def check_packed(model, tok, episode, max_obs_tokens: int):
     """Max |packed - per-pair| action-token log-prob on one episode (the per-pair ids are
     tokenize_pairs', scored by pad_pairs + action_token_logprobs as bc_step does)."""
     steps = episode["steps"]
-    pairs = fbc.tokenize_pairs(tok, [s["observation"] for s in steps],
-                               [s["action"] for s in steps], max_obs_tokens)
+    pairs = fbc.tokenize_pairs(
+        tok, [s["observation"] for s in steps], [s["action"] for s in steps], max_obs_tokens
+    )
     per_pair, _ = fbc.action_token_logprobs(model, *fbc.pad_pairs(pairs, tok.pad_token_id))
     full, spans = packed(tok, episode, max_obs_tokens)
     act = [False] * len(full)
     for a, b in spans:
         act[a:b] = [True] * (b - a)
     batch = fbc.pad_pairs([(full, [])], tok.pad_token_id)
-    one, _ = fbc.action_token_logprobs(model, batch.input_ids, batch.attention_mask,
-                                       batch.position_ids, torch.tensor([act]))
+    one, _ = fbc.action_token_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.position_ids, torch.tensor([act])
+    )
     return float((one - per_pair).abs().max()), len(pairs)
 
 
@@ -137,14 +139,27 @@ def evaluate(model, tok, args, greedy: bool):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoints", type=int, nargs="+", default=[0, 60, 200, 400],
-                   help="in steps of --batch-size pairs (packed: pairs seen / batch size)")
-    p.add_argument("--eval-at", type=int, nargs="*", default=None,
-                   help="checkpoints with the rollout evaluation (default: all)")
+    p.add_argument(
+        "--checkpoints",
+        type=int,
+        nargs="+",
+        default=[0, 60, 200, 400],
+        help="in steps of --batch-size pairs (packed: pairs seen / batch size)",
+    )
+    p.add_argument(
+        "--eval-at",
+        type=int,
+        nargs="*",
+        default=None,
+        help="checkpoints with the rollout evaluation (default: all)",
+    )
     p.add_argument("--eval-modes", nargs="+", default=["greedy", "sampled"])
-    p.add_argument("--bc-step", action="store_true",
-                   help="train with the scripts' bc_step (--batch-size random pairs a step); "
-                   "default: packed, 2 whole episodes a step (same per-pair objective)")
+    p.add_argument(
+        "--bc-step",
+        action="store_true",
+        help="train with the scripts' bc_step (--batch-size random pairs a step); "
+        "default: packed, 2 whole episodes a step (same per-pair objective)",
+    )
     p.add_argument("--lr", type=float, default=2e-4, help="the BC lr (--preset paper's: 2e-4)")
     p.add_argument("--lora-r", type=int, default=8, help="0: full fine-tuning")
     p.add_argument("--batch-size", type=int, default=16)
@@ -185,10 +200,12 @@ def main():
     rng = random.Random(args.seed * 7919)
     what = f"LoRA r {cli.lora_r}" if cli.lora_r else "full fine-tuning"
     head = f"{what}, lr {cli.lr:g}, batch {cli.batch_size}"
-    print(f"{head}: {n_train:,} trainable parameters; {sum(len(sp) for _, sp in held)} held-out pairs", flush=True)
+    n_held = sum(len(sp) for _, sp in held)
+    print(f"{head}: {n_train:,} trainable parameters; {n_held} held-out pairs", flush=True)
     if not cli.bc_step:
-        err, n = check_packed(model, tok, max(data[:50], key=lambda t: len(t["steps"])),
-                              args.max_obs_tokens)
+        err, n = check_packed(
+            model, tok, max(data[:50], key=lambda t: len(t["steps"])), args.max_obs_tokens
+        )
         print(f"packed vs per-pair log-probs on a {n}-turn episode: max |diff| {err:.2e}")
         assert err < 1e-3
         head += f", packed (2 episodes a step; packed = per-pair to {err:.0e})"
@@ -207,8 +224,11 @@ def main():
             done, pairs_seen = done + 1, pairs_seen + n
             losses.append(loss)
             if done % 10 == 0:
-                print(f"  step {done} ({pairs_seen} pairs): batch nll/pair {loss:.3f}, "
-                      f"{train_s / pairs_seen:.2f} s/pair", flush=True)
+                print(
+                    f"  step {done} ({pairs_seen} pairs): batch nll/pair {loss:.3f}, "
+                    f"{train_s / pairs_seen:.2f} s/pair",
+                    flush=True,
+                )
         model.eval()
         t0 = time.perf_counter()
         nll, se, eot = heldout_nll(model, tok, held)
@@ -232,8 +252,10 @@ def main():
 
 def write(cli, head, n_train, rows):
     """Append (or rewrite, while running) this run's block of --out."""
-    cols = "| BC steps (× batch pairs) | pairs seen | train s | held-out NLL / action token (± s.e., by episode) | end-of-turn NLL | greedy success "
-    cols += "(return) | sampled success (return ± s.e.) | s / step of batch pairs | batch NLL / pair (last 10) |"
+    cols = "| BC steps (× batch pairs) | pairs seen | train s | held-out NLL / action token "
+    cols += "(± s.e., "
+    cols += "by episode) | end-of-turn NLL | greedy success (return) | sampled success (return ± "
+    cols += "s.e.) | s / step of batch pairs | batch NLL / pair (last 10) |"
     lines = [f"### {cli.label or head}", "", cols, "|" + "---|" * 9]
     for r in rows:
         g = s = "–"
@@ -243,7 +265,8 @@ def write(cli, head, n_train, rows):
             s = f"{r['sampled_success']:.2f} ({r['sampled_return']:+.2f} ± "
             s += f"{r['sampled_return_se']:.2f})"
         lines.append(
-            f"| {r['steps']} | {r['pairs']} | {r['train_s']:.0f} | {r['nll']:.3f} ± {r['se']:.3f} | {r['eot']:.3f} | {g} | {s} | "
+            f"| {r['steps']} | {r['pairs']} | {r['train_s']:.0f} | {r['nll']:.3f} ± {r['se']:.3f} "
+            f"| {r['eot']:.3f} | {g} | {s} | "
             f"{r['s_per_step']:.1f} | {r['last10_loss']:.2f} |"
         )
     cmd = "python experiments/chat_sft_probe.py " + " ".join(sys.argv[1:])
@@ -258,7 +281,8 @@ def write(cli, head, n_train, rows):
     ]
     block = "\n".join(lines)
     path, marker = cli.out, f"<!-- run {os.getpid()} -->"
-    old = open(path).read() if os.path.exists(path) else "# Chat-form SFT on the 10-word Twenty Questions (issue 80)\n\n"
+    title = "# Chat-form SFT on the 10-word Twenty Questions (issue 80)\n\n"
+    old = open(path).read() if os.path.exists(path) else title
     if marker in old:
         old = old[: old.index(marker)]
     with open(path, "w") as f:

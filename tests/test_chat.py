@@ -442,7 +442,8 @@ def test_learning_chat_bc_lowers_heldout_nll_tiny(tiny):
     before, after = chat_bc(model, tok, args, 8, 10**5, 64)
     diff = before - after
     se = float(diff.std() / len(diff) ** 0.5)
-    print(f"tiny chat BC: held-out NLL/token {before.mean():.3f} -> {after.mean():.3f} (± {se:.3f})")
+    print(f"tiny chat BC: held-out NLL/token {before.mean():.3f} -> {after.mean():.3f}", end="")
+    print(f" (paired s.e. {se:.3f})")
     assert float(diff.mean()) > 3 * se
     assert float(after.mean()) < float(before.mean()) * 3 / 4
 
@@ -479,7 +480,9 @@ def test_learning_chat_bc_lowers_heldout_nll_smollm2_lora(smollm2):
         filtered_bc.warm_start_data = real
     diff = before - after
     se = float(diff.std() / len(diff) ** 0.5)
-    print(f"SmolLM2 LoRA chat BC: held-out NLL/token {before.mean():.3f} -> {after.mean():.3f} (± {se:.3f})")
+    print(f"SmolLM2 LoRA chat BC: held-out NLL/token {before.mean():.3f}", end="")
+    print(f" -> {after.mean():.3f}", end="")
+    print(f" (paired s.e. {se:.3f})")
     assert float(diff.mean()) > 3 * se
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
     assert lora_b and all(float(p.abs().max()) > 0 for p in lora_b)
