@@ -345,7 +345,7 @@ def main(args: Args):
     batch_rng = state.batch_rng
     play = functools.partial(run_episodes, raw_actor, tokenizer, args)  # rollouts: play(seeds)
     evaluate_now = functools.partial(evaluate, play, args)
-    if args.eval_every:  # the start: the untrained actor (no BC pre-training, App. B)
+    if args.eval_every and state.start_eval is None:  # the untrained actor (no BC, App. B)
         evaluate_start(run, evaluate_now)
 
     # Training: critic steps (Eq. 1 + Eq. 6, or SARSA; a target update after each) → actor steps
@@ -977,12 +977,11 @@ def save_checkpoint(run):
 
 
 def evaluate_start(run, evaluate_now):
-    """The start policy's evaluation, once: kept in the run's state across resumes, logged."""
-    if run.state.start_eval is None:
-        ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
-        stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
-        run.acc.print(f"start: eval return {stats}")
-        run.acc.log(eval_metrics(ev), step=0)
+    """The start policy's evaluation: kept in the run's state (main calls it once), logged."""
+    ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
+    stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
+    run.acc.print(f"start: eval return {stats}")
+    run.acc.log(eval_metrics(ev), step=0)
 
 
 def eval_due(args, iteration: int):

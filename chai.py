@@ -329,11 +329,11 @@ def main(args: Args):
         bc_warm_start(run, actor, bc_opt, data, args.bc_steps, args.batch_size)
         if args.buffer_init or args.offline:
             buffer.extend(envs.transitions(data))  # online: the newest buffer_size are kept
+        evaluate_start(run, evaluate_actor_and_chai)
         state.bc_done = True
         if checkpoint_due(args, 0):
             save_checkpoint(run)
     raw_actor.requires_grad_(False)  # from here on the actor is frozen: CHAI never updates it
-    evaluate_start(run, evaluate_actor_and_chai)
 
     # Loop: [collect with CHAI's acting rule] → critic steps (Eq. 1, V → Q̄(s, a_CHAI), [CQL])
     for iteration in range(state.iteration + 1, args.iterations + 1):
@@ -985,12 +985,11 @@ def bc_warm_start(run, actor, optimizer, data, steps: int, batch_size: int):
 
 
 def evaluate_start(run, evaluate_now):
-    """The start policy's evaluation, once: kept in the run's state across resumes, logged."""
-    if run.state.start_eval is None:
-        ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
-        stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
-        run.acc.print(f"start: eval return {stats}")
-        run.acc.log(eval_metrics(ev), step=0)
+    """The start policy's evaluation: kept in the run's state (main calls it once), logged."""
+    ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
+    stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
+    run.acc.print(f"start: eval return {stats}")
+    run.acc.log(eval_metrics(ev), step=0)
 
 
 def collect(run, play, n: int, iteration: int):

@@ -246,7 +246,6 @@ def main(args: Args):
     actor, optimizer = acc.prepare(actor, optimizer)
     raw_actor = acc.unwrap_model(actor)
     play = rollouts(raw_actor, tokenizer, args)  # play(seeds): writing, or choosing (--actions)
-    stop_ids = stop_token_ids(tokenizer)
     fill = args.buffer_init and args.iterations > 0 and (args.dataset or args.scripted_episodes)
     data = warm_start_data(args, tokenizer) if args.offline_steps > 0 or fill else []  # BC, buffer
     state = RunState(args, buffer=deque(maxlen=args.buffer_size), offline_eval=None)
@@ -270,13 +269,14 @@ def main(args: Args):
         bc_warm_start(run, actor, optimizer, top, args.offline_steps, args.batch_size)
         if args.buffer_init:
             buffer.extend(data)
+        if args.iterations > 0:  # the BC actor: the online phase's start
+            state.offline_eval = strip(evaluate_now()) if args.offline_steps else state.start_eval
+            run.acc.log(eval_metrics(state.offline_eval), step=0)
+            offline = result_line(state.start_eval, state.offline_eval)
+            acc.print(offline.replace("result", "offline"))
         state.bc_done = True
         if checkpoint_due(args, 0):
             save_checkpoint(run)
-    if args.iterations > 0 and state.offline_eval is None:  # the BC actor: the online phase's start
-        state.offline_eval = strip(evaluate_now()) if args.offline_steps else state.start_eval
-        run.acc.log(eval_metrics(state.offline_eval), step=0)
-        acc.print(result_line(state.start_eval, state.offline_eval).replace("result", "offline"))
     for group in optimizer.param_groups:
         group["lr"] = args.lr
 
@@ -300,7 +300,7 @@ def main(args: Args):
         # Logging: one metrics dict per iteration → TensorBoard, a printed line, the history
         metrics["charts/kept_episodes"] = len(kept)
         metrics["charts/kept_return_min"] = min(t["return"] for t in kept)
-        stats = utterance_stats(trajs, tokenizer, stop_ids)  # truncated / re-tokenised utterances
+        stats = utterance_stats(trajs, tokenizer, stop_token_ids(tokenizer))  # cut / re-tokenised
         metrics |= {f"charts/{k}": v for k, v in stats.items()}
         if eval_due(args, iteration):
             metrics |= interim_evaluation(run, evaluate_now, iteration)

@@ -396,10 +396,10 @@ def main(args: Args):
     if not state.bc_done:
         bc_warm_start(run, actor, bc_opt, data, args.bc_steps, args.bc_batch_size)
         start_from_actor(raw_actor, ref, raw_value, args.critic)  # π_ref and V
+        evaluate_start(run, evaluate_now)
         state.bc_done = True
         if checkpoint_due(args, 0):
             save_checkpoint(run)
-    evaluate_start(run, evaluate_now)
 
     # PPO: collect fresh rollouts → score them (π_old, π_ref, V_old) → GAE → epochs of minibatches
     for iteration in range(state.iteration + 1, args.iterations + 1):
@@ -1013,12 +1013,11 @@ def bc_warm_start(run, actor, optimizer, data, steps: int, batch_size: int):
 
 
 def evaluate_start(run, evaluate_now):
-    """The start policy's evaluation, once: kept in the run's state across resumes, logged."""
-    if run.state.start_eval is None:
-        ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
-        stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
-        run.acc.print(f"start: eval return {stats}")
-        run.acc.log(eval_metrics(ev), step=0)
+    """The start policy's evaluation: kept in the run's state (main calls it once), logged."""
+    ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
+    stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
+    run.acc.print(f"start: eval return {stats}")
+    run.acc.log(eval_metrics(ev), step=0)
 
 
 def collect(run, play, n: int, iteration: int):

@@ -448,13 +448,14 @@ def main(args: Args):
         if bc_steps and args.likelihood_init == "behavior":
             raw_likelihood.load_state_dict(raw_behavior.state_dict())
             target.load_state_dict(raw_behavior.state_dict())
+        # the start's evaluation: π_φ alone (the SFT policy), not π̂
+        sft_alone = rollouts(raw_behavior, tokenizer, args)
+        evaluate_start(run, functools.partial(evaluate, sft_alone, args))
         state.bc_done = True
         if checkpoint_due(args, 0):
             save_checkpoint(run)
     raw_behavior.requires_grad_(False).eval()
     evaluate_now = functools.partial(evaluate, play, args)
-    # the start's evaluation: π_φ alone (the SFT policy), not π̂
-    evaluate_start(run, functools.partial(evaluate, rollouts(raw_behavior, tokenizer, args), args))
 
     # ALGO LOGIC: Eq. (3), the likelihood model p_θ by weighted cross-entropy (Alg. 1, 6–10)
     for iteration in range(state.iteration + 1, args.iterations + 1):
@@ -1071,12 +1072,11 @@ def bc_warm_start(run, actor, optimizer, data, steps: int, batch_size: int):
 
 
 def evaluate_start(run, evaluate_now):
-    """The start policy's evaluation, once: kept in the run's state across resumes, logged."""
-    if run.state.start_eval is None:
-        ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
-        stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
-        run.acc.print(f"start: eval return {stats}")
-        run.acc.log(eval_metrics(ev), step=0)
+    """The start policy's evaluation: kept in the run's state (main calls it once), logged."""
+    ev = run.state.start_eval = {k: v for k, v in evaluate_now().items() if k != "example"}
+    stats = f"{ev['return']:.2f} ± {ev['return_se']:.2f}  success {ev['success_rate']:.2f}"
+    run.acc.print(f"start: eval return {stats}")
+    run.acc.log(eval_metrics(ev), step=0)
 
 
 def eval_due(args, iteration: int):

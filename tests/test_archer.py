@@ -763,7 +763,7 @@ def test_the_headline_gpt2_command_without_the_weights_is_one_paragraph(tmp_path
         "--actor gpt2",
         "HF_HUB_OFFLINE",
         "hf download gpt2",
-        "--actor tiny",
+        "tiny (built in)",
         "smollm2-135m",
     ):
         assert needed in line, needed
