@@ -394,10 +394,17 @@ def policy_steps(args):
 
 def qsft_report(game, runs, results, name="qsft"):
     """One game of the Q-SFT Table 1 in miniature: each method's sampled return (mean ± s.e. over
-    seeds), success, and the paper's number where it has one. Q-SFT's own π_φ (its SFT start, on
+    seeds), success (± its binomial s.e. over every seed's evaluation games) sampled and greedy,
+    minutes per run, and the paper's number where it has one. Q-SFT's own π_φ (its SFT start, on
     the same episodes) is a row too. Written to <name>_<game>.md/.csv (name: the runs' group, e.g.
     qsft3000 for a --steps 3000 benchmark with --out runs/benchmark/qsft3000)."""
     from offline_qsft import METHODS, PAPER
+
+    def success(summaries, key):
+        """Mean success rate ± the binomial s.e. of all the runs' games (none: no game count)."""
+        p = sum(x.get(key, math.nan) for x in summaries) / len(summaries)
+        games = sum(x.get("eval_episodes") or 0 for x in summaries)
+        return fmt(p, (p * (1 - p) / games) ** 0.5 if games and not math.isnan(p) else None)
 
     rows = []
     for key in [k for k in METHODS if k in runs]:
@@ -407,10 +414,12 @@ def qsft_report(game, runs, results, name="qsft"):
                 "method": METHODS[key][0],
                 "seeds": len(s),
                 "return (± s.e.)": fmt(*mean_se([x["eval_return"] for x in s])),
-                "success": fmt(mean_std([x["eval_success_rate"] for x in s])[0]),
+                "success": success(s, "eval_success_rate"),
                 "greedy return": fmt(
                     mean_std([x.get("eval_return_greedy", math.nan) for x in s])[0]
                 ),
+                "greedy success": success(s, "eval_success_rate_greedy"),
+                "minutes per run": fmt(sum(x["wall_time_s"] for x in s) / len(s) / 60, nd=0),
                 "paper (Table 1)": PAPER.get(game, {}).get(key, ""),
                 "Q-SFT − its π_φ (paired)": "",
             }
@@ -424,8 +433,10 @@ def qsft_report(game, runs, results, name="qsft"):
                     "method": "Q-SFT's π_φ (β = 0)",
                     "seeds": len(s),
                     "return (± s.e.)": fmt(*mean_se([x["start_eval_return"] for x in s])),
-                    "success": fmt(mean_std([x["start_eval_success_rate"] for x in s])[0]),
+                    "success": success(s, "start_eval_success_rate"),
                     "greedy return": "n/a",
+                    "greedy success": "n/a",
+                    "minutes per run": "(in Q-SFT's)",
                     "paper (Table 1)": "",
                     "Q-SFT − its π_φ (paired)": "",
                 }
@@ -436,10 +447,14 @@ def qsft_report(game, runs, results, name="qsft"):
                     "method": "ILQL's π_β (β = 0)",
                     "seeds": len(s),
                     "return (± s.e.)": fmt(*mean_se([x["start_eval_return"] for x in s])),
-                    "success": fmt(mean_std([x["start_eval_success_rate"] for x in s])[0]),
+                    "success": success(s, "start_eval_success_rate"),
                     "greedy return": fmt(
                         mean_std([x["behavior_eval_greedy"]["return"] for x in s])[0]
                     ),
+                    "greedy success": success(
+                        [{**x, **x["behavior_eval_greedy"]} for x in s], "success_rate"
+                    ),
+                    "minutes per run": "(in ILQL's)",
                     "paper (Table 1)": "",
                     "Q-SFT − its π_φ (paired)": "",
                 }

@@ -358,6 +358,9 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
             "start_eval_returns": [start] * 2,
             "args": {"bc_steps": 3000},
             "eval_return_greedy": -3.5,
+            "eval_success_rate_greedy": 0.5,
+            "eval_episodes": 100,
+            "wall_time_s": 1500.0 + 600 * seed,
         }
         fake_run(str(root), "qsft3000/wordle_small", "qsft", seed, [end], (0,), extra)
     res = tmp_path / "results"
@@ -374,6 +377,13 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
     assert rows["Q-SFT"]["greedy return"] == "-3.50"
     assert rows["SFT (BC, ρ 1.0)"]["greedy return"] == "-3.40"
     assert rows["Q-SFT's π_φ (β = 0)"]["greedy return"] == "n/a"
+    # success 0.8 (greedy 0.5) on 2 x 100 games: binomial s.e. (0.8 · 0.2 / 200)^½ = 0.028,
+    # (0.5 · 0.5 / 200)^½ = 0.035; the SFT runs give no game count: no s.e.; minutes: (2,100 +
+    # 2,700) / 2 / 60
+    assert rows["Q-SFT"]["success"] == "0.80 ± 0.03"
+    assert rows["SFT (BC, ρ 1.0)"]["success"] == "0.80"
+    assert rows["Q-SFT"]["greedy success"] == "0.50 ± 0.04"
+    assert rows["Q-SFT"]["minutes per run"] == "40"
     assert "wordle_small (3000 steps per policy)" in (res / "results.md").read_text()
     assert (res / "qsft3000_wordle_small_curves.png").exists()  # Q-SFT's training curves
 
