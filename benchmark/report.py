@@ -427,6 +427,8 @@ def qsft_report(game, runs, results, name="qsft"):
         if key == "qsft":  # the gain over its own SFT start on the same episodes, per seed
             avg = lambda v: sum(v) / len(v)  # noqa: E731
             gain = [avg(x["eval_returns"]) - avg(x["start_eval_returns"]) for x in s]
+            if len(s) == 1:  # one seed: the paired difference's s.e. over its episodes
+                gain = [a - b for a, b in zip(s[0]["eval_returns"], s[0]["start_eval_returns"])]
             rows[-1]["Q-SFT − its π_φ (paired)"] = fmt(*mean_se(gain))
             rows.append(
                 {

@@ -386,6 +386,14 @@ def test_qsft_report_gives_each_row_and_the_paired_gain_by_hand(tmp_path):
     assert rows["Q-SFT"]["minutes per run"] == "40"
     assert "wordle_small (3000 steps per policy)" in (res / "results.md").read_text()
     assert (res / "qsft3000_wordle_small_curves.png").exists()  # Q-SFT's training curves
+    # one seed: the gain's s.e. is the paired one over its episodes, differences 1, 0, 0, 1 ->
+    # 0.50 ± (1/3)^½ / 2 = 0.29
+    extra = {"eval_returns": [1, 0, 1, 1], "start_eval_returns": [0, 0, 1, 0], "args": {}}
+    extra |= {"start_eval_return": 0.25, "start_eval_success_rate": 0.25}
+    fake_run(str(root), "qsft_one/alfworld_pick_small", "qsft", 1, [0.75], (0,), extra)
+    assert run_report(root, res).returncode == 0
+    rows = {r["method"]: r for r in csv.DictReader(open(res / "qsft_one_alfworld_pick_small.csv"))}
+    assert rows["Q-SFT"]["Q-SFT − its π_φ (paired)"] == "0.50 ± 0.29"
 
 
 def test_qsft_report_ilql_alone_gives_its_pi_beta_row_and_its_steps(tmp_path):
