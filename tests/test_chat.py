@@ -487,3 +487,47 @@ def test_learning_chat_bc_lowers_heldout_nll_smollm2_lora(smollm2):
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
     assert lora_b and all(float(p.abs().max()) > 0 for p in lora_b)
     assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if n in base)
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("template", [None, TEST_TEMPLATE])
+def test_packed_bc_is_bc_step_on_the_same_pairs(tiny, template):
+    """--pack-episodes (filtered_bc's packed_warm_start: whole episodes a step, each conversation
+    one sequence whose every action is scored in one pass) gives bc_step's loss and gradients on
+    the drawn episodes' pairs: in plain text, where no 20Q observation extends the last action (the
+    answer follows the question on its line) so each pair is its own row, and in a chat template,
+    where an episode packs into one sequence unless --max-obs-tokens cuts it (one is cut here:
+    its later turns start a second row)."""
+    import random
+    import types
+
+    import filtered_bc
+    from helpers import assert_close_sums
+
+    model, tok = chat_tiny(tiny)
+    model.eval()  # no dropout: the two passes see the same function
+    tok.chat_template = template
+    args = filtered_bc.Args(env=ENV, scripted_episodes=12, micro_batch_size=3)
+    data = filtered_bc.warm_start_data(args, tok)
+    rng, drawn = random.Random(0), []  # packed_warm_start's draw of >= 40 pairs
+    while sum(len(t["steps"]) for t in drawn) < 40:
+        drawn.append(data[rng.randrange(len(data))])
+    seqs = filtered_bc.packed_sequences(tok, drawn, args.max_obs_tokens)
+    steps = [s for t in drawn for s in t["steps"]]
+    pairs = [(s["observation"], s["action"], s.get("action_ids")) for s in steps]
+    assert sum(len(spans) for _, spans in seqs) == len(pairs)
+    assert len(seqs) == len(pairs) if template is None else len(drawn) < len(seqs) < len(pairs)
+    if template:
+        assert len(filtered_bc.packed_sequences(tok, drawn, 0)) == len(drawn)
+    state = types.SimpleNamespace(batch_rng=random.Random(0))
+    acc = filtered_bc.Accelerator(cpu=True)
+    run = types.SimpleNamespace(args=args, acc=acc, tokenizer=tok, state=state)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # gradients kept, weights unchanged
+    want, _ = filtered_bc.bc_step(run, model, optimizer, pairs)
+    want_grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+    logged = []
+    acc.log = lambda values, step: logged.append(values["losses/bc_nll"])
+    filtered_bc.packed_warm_start(run, model, optimizer, data, 1, 40)
+    got_grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert_close_sums(torch.tensor(logged), torch.tensor([want]), len(pairs))
+    assert_close_sums(got_grad, want_grad, len(pairs))
