@@ -3,7 +3,7 @@ LoRA r 8) on the 10-word Twenty Questions, supervised on scripted conversations,
 online from that SFT actor; each stage a command of the scripts themselves, every evaluation on
 the same 50 episodes (fixed env and sampling seeds), so the gains are paired differences.
 
-    python benchmark/sft_archer.py                   # seed 1: untrained, SFT, ArCHer (~1.5 h)
+    python benchmark/sft_archer.py                   # seed 1: untrained, SFT, ArCHer (~2 h)
     python benchmark/sft_archer.py --seeds 1 2 3     # more seeds (finished stages are kept)
     python benchmark/sft_archer.py --report          # only the table, from what finished
 
@@ -11,9 +11,11 @@ Stages (runs under --out/<seed>/<stage>; a stage whose summary.json exists is no
   untrained  filtered_bc.py --offline-steps 0 --iterations 0: the model as packaged, evaluated
   sft        filtered_bc.py --pack-episodes --iterations 0 --save-model: BC on 2,000 scripted
              conversations (Table 2's SFT lr 2e-4; 400 steps of 16 pairs), then evaluated
-  archer     archer.py --actor <sft>/actor --bc-steps 0: ArCHer (--preset auto = paper, scaled
-             down: 16 rollouts an iteration, batch 32, 3 warm-up iterations, MiniLM critic)
-The table goes to --results (benchmark/results/sft_archer.md)."""
+  archer     archer.py --actor <sft>/actor --bc-steps 0 --save-model: ArCHer (--preset auto =
+             paper, scaled down: 16 rollouts an iteration, batch 32, 2 warm-up iterations, 10
+             critic steps an iteration, MiniLM critic)
+then critic_check on the saved archer run: the critic's values against the returns.
+The tables go to --results (benchmark/results/sft_archer.md)."""
 
 import argparse
 import json
@@ -32,9 +34,9 @@ STAGES = {
     "untrained": "filtered_bc.py --actor smollm2-135m --offline-steps 0 --iterations 0",
     "sft": "filtered_bc.py --actor smollm2-135m --scripted-episodes 2000 --offline-steps 400"
     " --pack-episodes --offline-lr 2e-4 --batch-size 16 --iterations 0 --save-model",
-    "archer": "archer.py --actor {sft}/actor --critic minilm --bc-steps 0 --iterations 8"
-    " --warmup-iters 3 --rollouts-per-iter 16 --batch-size 32 --micro-batch-size 16"
-    " --eval-every 0 --checkpoint-every 1",
+    "archer": "archer.py --actor {sft}/actor --critic minilm --bc-steps 0 --iterations 10"
+    " --warmup-iters 2 --rollouts-per-iter 16 --batch-size 32 --micro-batch-size 16"
+    " --critic-updates-per-iter 10 --eval-every 0 --checkpoint-every 1 --save-model",
 }
 
 
@@ -59,6 +61,69 @@ def run_stage(stage, seed, out, threads):
     return find_run(here)
 
 
+def critic_check(run_dir, episodes, threads):
+    """Does the saved critic of an archer run know the returns? Its actor plays the evaluation
+    episodes (archer.evaluate's seeds and targets); per turn, min(V1,V2)(s) and min(Q1,Q2)(s,a)
+    against the discounted return that followed, and A = Q − V of the action taken and of the
+    correct guess put in its place (which would win there): the sign of A is what the actor's
+    update follows. Returns the summary, also kept in the run as critic_check.json."""
+    import random
+
+    import numpy as np
+    import torch
+
+    import archer
+    from envs import twenty_questions
+
+    saved = json.load(open(os.path.join(run_dir, "args.json")))
+    args = archer.Args(**saved | dict(lora_r=0, resume=None))
+    torch.set_num_threads(threads)
+    actor, tok = archer.load_actor(os.path.join(run_dir, "actor"), args)
+    critic, ctok = archer.load_critic(os.path.join(run_dir, "critic"), args)
+    targets = envs.make(args.env).targets
+    targets = [targets[i % len(targets)] for i in range(episodes)]
+    torch.manual_seed(archer.EVAL_SEED)
+    seeds = range(archer.EVAL_SEED, archer.EVAL_SEED + episodes)
+    trajs, _ = archer.run_episodes(actor, tok, args, seeds, targets=targets)
+    rows, rng = [], random.Random(0)
+    for traj in trajs:
+        ret = 0.0
+        for k, step in reversed(list(enumerate(traj["steps"]))):
+            ret = step["reward"] + args.gamma * ret
+            win = k == len(traj["steps"]) - 1 and traj["success"]
+            guess = twenty_questions.guess_question(traj["target"], rng)
+            rows.append((step["observation"], step["action"], guess, ret, win))
+    q, q_guess, v = [], [], []
+    with torch.no_grad():
+        for c in range(0, len(rows), 32):
+            part = rows[c : c + 32]
+            states = [r[0] for r in part]
+            s = archer.critic_inputs(ctok, states, args.critic_max_tokens)
+            for k, out in ((1, q), (2, q_guess)):
+                texts = archer.critic_action_texts(
+                    states, [r[k] for r in part], args.critic_input == "joint"
+                )
+                q1, q2, v1, v2 = critic(
+                    *s, *archer.critic_inputs(ctok, texts, args.critic_max_tokens)
+                )
+                out += torch.minimum(q1, q2).tolist()
+            v += torch.minimum(v1, v2).tolist()
+    q, q_guess, v = np.array(q), np.array(q_guess), np.array(v)
+    g = np.array([r[3] for r in rows])
+    win = np.array([r[4] for r in rows])
+    adv, adv_guess = q - v, q_guess - v
+    out = dict(turns=len(rows), episodes=episodes, mean_return=float(g.mean()))
+    out |= dict(mean_v=float(v.mean()), mean_q=float(q.mean()))
+    out |= dict(corr_v_return=float(np.corrcoef(v, g)[0, 1]))
+    out |= dict(corr_q_return=float(np.corrcoef(q, g)[0, 1]))
+    out |= dict(adv_win=float(adv[win].mean()), adv_win_positive=float((adv[win] > 0).mean()))
+    out |= dict(adv_other=float(adv[~win].mean()), adv_other_positive=float((adv[~win] > 0).mean()))
+    out |= dict(adv_correct_guess=float(adv_guess[~win].mean()))
+    out |= dict(adv_correct_guess_positive=float((adv_guess[~win] > 0).mean()))
+    json.dump(out, open(os.path.join(run_dir, "critic_check.json"), "w"), indent=2)
+    return out
+
+
 def cell(summary, key="eval"):
     """'return ± s.e. (success)' of an evaluation in a summary.json."""
     ret, se, success = (summary[f"{key}_{k}"] for k in ("return", "return_se", "success_rate"))
@@ -80,16 +145,37 @@ def report(out, seeds):
     for seed in seeds:
         runs = {s: find_run(os.path.join(out, str(seed), s)) for s in STAGES}
         sums = {s: json.load(open(os.path.join(r, "summary.json"))) for s, r in runs.items() if r}
-        if "untrained" not in sums or "sft" not in sums:
+        if "sft" not in sums:
             continue
-        un, sft, arc = sums["untrained"], sums["sft"], sums.get("archer")
-        row = [str(seed), cell(un), cell(sft), cell(arc, "start_eval") if arc else "–"]
-        row += [cell(arc) if arc else "–", paired(sft["eval_returns"], un["eval_returns"])]
+        un, sft, arc = sums.get("untrained"), sums["sft"], sums.get("archer")
+        row = [str(seed), cell(un) if un else "–", cell(sft)]
+        row += [cell(arc, "start_eval") if arc else "–", cell(arc) if arc else "–"]
+        row += [paired(sft["eval_returns"], un["eval_returns"]) if un else "–"]
         row += [paired(arc["eval_returns"], arc["start_eval_returns"]) if arc else "–"]
-        greedy = [f"{s['eval_success_rate_greedy']:.2f}" for s in (un, sft, arc) if s]
-        minutes = [f"{sums[s]['wall_time_s'] / 60:.0f}" for s in STAGES if s in sums]
+        greedy = [f"{s['eval_success_rate_greedy']:.2f}" if s else "–" for s in (un, sft, arc)]
+        minutes = [f"{sums[s]['wall_time_s'] / 60:.0f}" if s in sums else "–" for s in STAGES]
         row += [" / ".join(greedy), " / ".join(minutes)]
         rows.append("| " + " | ".join(row) + " |")
+    checks = [(seed, find_run(os.path.join(out, str(seed), "archer"))) for seed in seeds]
+    checks = [(seed, os.path.join(r, "critic_check.json")) for seed, r in checks if r]
+    checks = [(seed, json.load(open(f))) for seed, f in checks if os.path.exists(f)]
+    if checks:
+        rows += [
+            "",
+            "The final critic on the final actor's 50 evaluation episodes (`critic_check`):",
+            "",
+        ]
+        rows.append(
+            "| seed | turns | return-to-go (mean) | V (mean) | corr(V, return) | corr(Q, return) | "
+            "A at winning guesses (> 0) | A elsewhere (> 0) | A of the correct guess there (> 0) |"
+        )
+        rows.append("|" + "---|" * 9)
+    for seed, c in checks:
+        row = [seed, c["turns"], f"{c['mean_return']:.2f}", f"{c['mean_v']:.2f}"]
+        row += [f"{c['corr_v_return']:.2f}", f"{c['corr_q_return']:.2f}"]
+        for k in ("adv_win", "adv_other", "adv_correct_guess"):
+            row.append(f"{c[k]:+.2f} ({c[k + '_positive']:.2f})")
+        rows.append("| " + " | ".join(map(str, row)) + " |")
     return "\n".join(rows)
 
 
@@ -105,6 +191,10 @@ def main():
     for seed in [] if a.report else a.seeds:
         for stage in a.stages:
             run_stage(stage, seed, a.out, a.threads)
+        archer_run = find_run(os.path.join(a.out, str(seed), "archer"))
+        if archer_run and not os.path.exists(os.path.join(archer_run, "critic_check.json")):
+            print(f"[{time.strftime('%H:%M:%S')}] seed {seed}: critic check", flush=True)
+            critic_check(archer_run, 50, a.threads)
     commands = "\n".join(f"- {s}: `python {c} {COMMON} --seed S`" for s, c in STAGES.items())
     text = f"# SmolLM2-135M-Instruct: SFT, then ArCHer (issue 80)\n\n{report(a.out, a.seeds)}\n\n"
     text += f"`python benchmark/sft_archer.py --seeds {' '.join(map(str, a.seeds))}` "
