@@ -14,7 +14,7 @@ Stages (runs under --out/<seed>/<stage>; a stage whose summary.json exists is no
   archer     archer.py --actor <sft>/actor --bc-steps 0 --save-model: ArCHer (--preset auto =
              paper, scaled down: 16 rollouts an iteration, batch 32, 2 warm-up iterations, 10
              critic steps an iteration, MiniLM critic)
-then critic_check on the saved archer run: the critic's values against the returns.
+then experiments/archer_critic_check.py on the archer run: its critic's values against the returns.
 The tables go to --results (benchmark/results/sft_archer.md)."""
 
 import argparse
@@ -61,69 +61,6 @@ def run_stage(stage, seed, out, threads):
     return find_run(here)
 
 
-def critic_check(run_dir, episodes, threads):
-    """Does the saved critic of an archer run know the returns? Its actor plays the evaluation
-    episodes (archer.evaluate's seeds and targets); per turn, min(V1,V2)(s) and min(Q1,Q2)(s,a)
-    against the discounted return that followed, and A = Q − V of the action taken and of the
-    correct guess put in its place (which would win there): the sign of A is what the actor's
-    update follows. Returns the summary, also kept in the run as critic_check.json."""
-    import random
-
-    import numpy as np
-    import torch
-
-    import archer
-    from envs import twenty_questions
-
-    saved = json.load(open(os.path.join(run_dir, "args.json")))
-    args = archer.Args(**saved | dict(lora_r=0, resume=None))
-    torch.set_num_threads(threads)
-    actor, tok = archer.load_actor(os.path.join(run_dir, "actor"), args)
-    critic, ctok = archer.load_critic(os.path.join(run_dir, "critic"), args)
-    targets = envs.make(args.env).targets
-    targets = [targets[i % len(targets)] for i in range(episodes)]
-    torch.manual_seed(archer.EVAL_SEED)
-    seeds = range(archer.EVAL_SEED, archer.EVAL_SEED + episodes)
-    trajs, _ = archer.run_episodes(actor, tok, args, seeds, targets=targets)
-    rows, rng = [], random.Random(0)
-    for traj in trajs:
-        ret = 0.0
-        for k, step in reversed(list(enumerate(traj["steps"]))):
-            ret = step["reward"] + args.gamma * ret
-            win = k == len(traj["steps"]) - 1 and traj["success"]
-            guess = twenty_questions.guess_question(traj["target"], rng)
-            rows.append((step["observation"], step["action"], guess, ret, win))
-    q, q_guess, v = [], [], []
-    with torch.no_grad():
-        for c in range(0, len(rows), 32):
-            part = rows[c : c + 32]
-            states = [r[0] for r in part]
-            s = archer.critic_inputs(ctok, states, args.critic_max_tokens)
-            for k, out in ((1, q), (2, q_guess)):
-                texts = archer.critic_action_texts(
-                    states, [r[k] for r in part], args.critic_input == "joint"
-                )
-                q1, q2, v1, v2 = critic(
-                    *s, *archer.critic_inputs(ctok, texts, args.critic_max_tokens)
-                )
-                out += torch.minimum(q1, q2).tolist()
-            v += torch.minimum(v1, v2).tolist()
-    q, q_guess, v = np.array(q), np.array(q_guess), np.array(v)
-    g = np.array([r[3] for r in rows])
-    win = np.array([r[4] for r in rows])
-    adv, adv_guess = q - v, q_guess - v
-    out = dict(turns=len(rows), episodes=episodes, mean_return=float(g.mean()))
-    out |= dict(mean_v=float(v.mean()), mean_q=float(q.mean()))
-    out |= dict(corr_v_return=float(np.corrcoef(v, g)[0, 1]))
-    out |= dict(corr_q_return=float(np.corrcoef(q, g)[0, 1]))
-    out |= dict(adv_win=float(adv[win].mean()), adv_win_positive=float((adv[win] > 0).mean()))
-    out |= dict(adv_other=float(adv[~win].mean()), adv_other_positive=float((adv[~win] > 0).mean()))
-    out |= dict(adv_correct_guess=float(adv_guess[~win].mean()))
-    out |= dict(adv_correct_guess_positive=float((adv_guess[~win] > 0).mean()))
-    json.dump(out, open(os.path.join(run_dir, "critic_check.json"), "w"), indent=2)
-    return out
-
-
 def cell(summary, key="eval"):
     """'return ± s.e. (success)' of an evaluation in a summary.json."""
     ret, se, success = (summary[f"{key}_{k}"] for k in ("return", "return_se", "success_rate"))
@@ -162,7 +99,8 @@ def report(out, seeds):
     if checks:
         rows += [
             "",
-            "The final critic on the final actor's 50 evaluation episodes (`critic_check`):",
+            "The final critic on the final actor's 50 evaluation episodes"
+            " (`experiments/archer_critic_check.py`):",
             "",
         ]
         rows.append(
@@ -193,8 +131,13 @@ def main():
             run_stage(stage, seed, a.out, a.threads)
         archer_run = find_run(os.path.join(a.out, str(seed), "archer"))
         if archer_run and not os.path.exists(os.path.join(archer_run, "critic_check.json")):
-            print(f"[{time.strftime('%H:%M:%S')}] seed {seed}: critic check", flush=True)
-            critic_check(archer_run, 50, a.threads)
+            check = f"{sys.executable} experiments/archer_critic_check.py {archer_run}"
+            check += f" --threads {a.threads}"
+            print(f"[{time.strftime('%H:%M:%S')}] seed {seed}: {check}", flush=True)
+            with open(os.path.join(archer_run, "critic_check.txt"), "w") as log:
+                subprocess.run(
+                    check.split(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True
+                )
     commands = "\n".join(f"- {s}: `python {c} {COMMON} --seed S`" for s, c in STAGES.items())
     text = f"# SmolLM2-135M-Instruct: SFT, then ArCHer (issue 80)\n\n{report(a.out, a.seeds)}\n\n"
     text += f"`python benchmark/sft_archer.py --seeds {' '.join(map(str, a.seeds))}` "

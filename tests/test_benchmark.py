@@ -318,6 +318,49 @@ def test_archer_critic_probe_builds_its_probe_and_runs(tmp_path):
     assert "right-wrong" in run.stdout
 
 
+def test_archer_critic_check_by_hand_and_on_a_saved_run(tmp_path):
+    """experiments/archer_critic_check.py: each turn's discounted return-to-go and its win mark
+    (only the last turn of a won episode) by hand, a correct guess of the secret beside it; the
+    advantages A = Q − V of the summary by hand; the script runs on a tiny saved archer run."""
+    import archer
+    import archer_critic_check as check
+    import numpy as np
+
+    from envs import twenty_questions as tq
+
+    target = tq.SUBSET[0]
+
+    def traj(rewards, success):
+        steps = [dict(observation=f"s{k}", action=f"a{k}", reward=r) for k, r in enumerate(rewards)]
+        return dict(steps=steps, success=success, target=target)
+
+    rows = check.turns([traj([-1, -1, 0], True), traj([-1, -1], False)], gamma=0.5)
+    assert [r[3] for r in rows] == [0, -1, -1.5, -1, -1.5]  # each episode's turns last to first
+    assert [r[4] for r in rows] == [True, False, False, False, False]
+    assert all(tq.is_correct_guess(target, r[2]) for r in rows)
+    q, q_guess, v = np.array([-0.5, -1, -2, -1, -3]), np.zeros(5), np.array([-1, -1, -1, -2, -2])
+    out = check.summary(rows, q, q_guess, v, episodes=2)
+    assert out["turns"] == 5 and out["wins"] == 1 and out["adv_win"] == 0.5
+    assert out["adv_other"] == (0 - 1 + 1 - 1) / 4 and out["adv_other_positive"] == 0.25
+    assert (
+        out["adv_correct_guess"] == (1 + 1 + 2 + 2) / 4 and out["adv_correct_guess_positive"] == 1
+    )
+    assert abs(out["corr_v_return"] - np.corrcoef(v, [r[3] for r in rows])[0, 1]) < 1e-12
+    flags = dict(env="twenty_questions_subset", iterations=1, warmup_iters=0, bc_steps=2)
+    flags |= dict(scripted_episodes=20, rollouts_per_iter=2, critic_updates_per_iter=1)
+    flags |= dict(eval_episodes=2, eval_every=0, checkpoint_every=0, save_model=True)
+    archer.main(archer.Args(**flags, device="cpu", torch_threads=1, output_dir=str(tmp_path)))
+    (run,) = glob.glob(str(tmp_path / "*"))
+    script = os.path.join(ROOT, "experiments", "archer_critic_check.py")
+    done = subprocess.run(
+        [sys.executable, script, run, "--episodes", "3", "--threads", "1"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.load(open(os.path.join(run, "critic_check.json")))
+    assert out["episodes"] == 3 and out["turns"] >= 3 and -20 <= out["mean_return"] <= 0
+
+
 def test_scripted_data_never_shows_the_critic_a_wrong_guess_it_could_see_through():
     """guess_support: the scripted policy guesses only objects consistent with the answers, and at
     decided states (one object left) only the right one — so a critic trained on its data has never
