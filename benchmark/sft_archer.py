@@ -105,14 +105,17 @@ def report(out, seeds):
         ]
         rows.append(
             "| seed | turns | return-to-go (mean) | V (mean) | corr(V, return) | corr(Q, return) | "
-            "A at winning guesses (> 0) | A elsewhere (> 0) | A of the correct guess there (> 0) |"
+            "A at winning guesses (> 0) | A elsewhere (> 0) | A of the correct guess there (> 0) | "
+            "Q(correct guess) − Q(taken) there (> 0) |"
         )
-        rows.append("|" + "---|" * 9)
+        rows.append("|" + "---|" * 10)
     for seed, c in checks:
         row = [seed, c["turns"], f"{c['mean_return']:.2f}", f"{c['mean_v']:.2f}"]
         row += [f"{c['corr_v_return']:.2f}", f"{c['corr_q_return']:.2f}"]
         for k in ("adv_win", "adv_other", "adv_correct_guess"):
             row.append(f"{c[k]:+.2f} ({c[k + '_positive']:.2f})")
+        gap = f"{c['guess_minus_taken']:+.2f} ± {c['guess_minus_taken_se']:.2f}"
+        row.append(f"{gap} ({c['guess_above_taken']:.2f})")
         rows.append("| " + " | ".join(map(str, row)) + " |")
     return "\n".join(rows)
 

@@ -8,9 +8,10 @@ targets and sampling seed), in the run's own format (chat or plain, as args.json
 turn the run's saved critic gives min(V1, V2)(s) and min(Q1, Q2)(s, a), set against the discounted
 return that followed (γ of the run), and A = Q − V (the advantage the actor's update follows) of
   - the action taken, at the turns that won (a correct guess) and at all the others, and
-  - the correct guess put in place of the action at the turns that did not win (it would win).
+  - the correct guess put in place of the action at the turns that did not win (it would win),
+and there Q(s, correct guess) − Q(s, a taken): the choice the actor's update should learn.
 A critic that knows the returns has V and Q correlated with them, A > 0 at the winning guesses and
-A(correct guess) > 0 where the actor did not guess it. Writes <run>/critic_check.json.
+Q(s, correct guess) > Q(s, a) where the actor did not guess it. Writes <run>/critic_check.json.
 
 It imports archer.py's internals (its loaders, rollout and critic inputs), so it lives in
 experiments/ (benchmark/ runs the scripts through their command line only);
@@ -80,6 +81,14 @@ def summary(rows, q, q_guess, v, episodes: int) -> dict:
     ):
         out[f"adv_{name}"] = float(a[where].mean()) if where.any() else float("nan")
         out[f"adv_{name}_positive"] = float((a[where] > 0).mean()) if where.any() else float("nan")
+    gap = (q_guess - q)[
+        ~win
+    ]  # at a turn that did not win: the winning action against the one taken
+    out["guess_minus_taken"] = float(gap.mean()) if len(gap) else float("nan")
+    out["guess_minus_taken_se"] = (
+        float(gap.std(ddof=1) / np.sqrt(len(gap))) if len(gap) > 1 else 0.0
+    )
+    out["guess_above_taken"] = float((gap > 0).mean()) if len(gap) else float("nan")
     return out
 
 

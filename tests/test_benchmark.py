@@ -345,6 +345,7 @@ def test_archer_critic_check_by_hand_and_on_a_saved_run(tmp_path):
     assert (
         out["adv_correct_guess"] == (1 + 1 + 2 + 2) / 4 and out["adv_correct_guess_positive"] == 1
     )
+    assert out["guess_minus_taken"] == (1 + 2 + 1 + 3) / 4 and out["guess_above_taken"] == 1
     assert abs(out["corr_v_return"] - np.corrcoef(v, [r[3] for r in rows])[0, 1]) < 1e-12
     flags = dict(env="twenty_questions_subset", iterations=1, warmup_iters=0, bc_steps=2)
     flags |= dict(scripted_episodes=20, rollouts_per_iter=2, critic_updates_per_iter=1)
