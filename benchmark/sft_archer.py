@@ -3,7 +3,7 @@ LoRA r 8) on the 10-word Twenty Questions, supervised on scripted conversations,
 online from that SFT actor; each stage a command of the scripts themselves, every evaluation on
 the same 50 episodes (fixed env and sampling seeds), so the gains are paired differences.
 
-    python benchmark/sft_archer.py                   # seed 1: untrained, SFT, ArCHer (~2 h)
+    python benchmark/sft_archer.py                   # seed 1: untrained, SFT, ArCHer (~1 h 45 min)
     python benchmark/sft_archer.py --seeds 1 2 3     # more seeds (finished stages are kept)
     python benchmark/sft_archer.py --report          # only the table, from what finished
 
@@ -75,9 +75,9 @@ def paired(after, before):
 def report(out, seeds):
     """The table: per seed, each stage's sampled return (success) and greedy success, the paired
     gains SFT − untrained and ArCHer − its start (the SFT actor as archer.py evaluates it), and
-    each stage's wall time."""
+    each stage's run wall time (summary.json; the command also loads models)."""
     rows = ["| seed | untrained | SFT | ArCHer's start | ArCHer | SFT − untrained | "]
-    rows[0] += "ArCHer − its start | greedy success (untrained / SFT / ArCHer) | minutes |"
+    rows[0] += "ArCHer − its start | greedy success (untrained / SFT / ArCHer) | run minutes |"
     rows.append("|" + "---|" * 9)
     for seed in seeds:
         runs = {s: find_run(os.path.join(out, str(seed), s)) for s in STAGES}

