@@ -99,7 +99,9 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     a = p.parse_args()
     if not all(os.path.isdir(os.path.join(a.run, m)) for m in ("actor", "critic")):
-        raise SystemExit(f"{a.run}: no actor/ and critic/ (run archer.py with --save-model)")
+        p.exit(2, f"{a.run}: no actor/ and critic/ (run archer.py with --save-model)\n")
+    if a.episodes < 1:
+        p.exit(2, f"--episodes {a.episodes}: at least 1\n")
     if a.threads:
         torch.set_num_threads(a.threads)
     saved = json.load(open(os.path.join(a.run, "args.json")))

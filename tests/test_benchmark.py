@@ -358,6 +358,9 @@ def test_archer_critic_check_by_hand_and_on_a_saved_run(tmp_path):
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    bad = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "run archer.py with --save-model" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
     out = json.load(open(os.path.join(run, "critic_check.json")))
     assert out["episodes"] == 3 and out["turns"] >= 3 and -20 <= out["mean_return"] <= 0
 
